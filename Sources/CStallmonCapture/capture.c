@@ -1,0 +1,422 @@
+#ifndef _GNU_SOURCE
+#error You must define _GNU_SOURCE (Package.swift does)
+#endif
+#include "CStallmonCapture.h"
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+// On x86_64 and aarch64 Linux, libunwind's local context is the kernel's ucontext (x86_64) or wraps it at offset 0
+// (aarch64), so the handler can start unwinding from the interrupted context it is given.
+#if defined(__x86_64__)
+_Static_assert(sizeof(unw_context_t) == sizeof(ucontext_t), "libunwind x86_64 context must be a ucontext_t");
+#endif
+
+// MARK: - Slot states
+
+enum {
+    SLOT_FREE = 0,              // not assigned to a thread
+    SLOT_IDLE = 1,              // assigned; no signal in flight
+    SLOT_REQUESTED = 2,         // armed and signalled; the handler has not started
+    SLOT_RUNNING = 3,           // the handler is unwinding
+    SLOT_DONE = 4,              // frames published; the watchdog collects them
+    SLOT_ABANDONED = 5,         // the watchdog gave up before the handler started; the late handler drains it
+    SLOT_ABANDONED_RUNNING = 6, // the watchdog gave up while the handler ran; the handler drains it at its end
+    SLOT_FREEING = 7,           // being returned to FREE by whoever won the race
+};
+
+typedef struct {
+    _Atomic int32_t state;      // futex word: the watchdog sleeps on it, the handler wakes it
+    _Atomic pid_t tid;
+    _Atomic int32_t retired;    // released by its owner while a late handler may still come
+    uint32_t max_frames;        // written by the watchdog before arming, read by the handler
+    uint32_t frame_count;       // written by the handler before DONE
+    uint32_t truncated;
+    int32_t unwind_error;
+    uint64_t entered_ns;
+    uint64_t done_ns;
+    uintptr_t frames[CSTALLMON_MAX_FRAMES];
+} capture_slot;
+
+// Everything the handler touches, allocated before any signal can arrive.
+static struct {
+    pthread_mutex_t mutex;          // guards install, release and slot ownership; never taken by the handler
+    _Atomic int signal_number;      // 0 until installed
+    int references;
+    capture_slot slots[CSTALLMON_MAX_SLOTS];
+} g_state = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+
+// MARK: - Small async-signal-safe helpers
+
+static uint64_t monotonic_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+}
+
+uint64_t cstallmon_monotonic_ns(void) { return monotonic_ns(); }
+
+uint64_t cstallmon_realtime_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+}
+
+pid_t cstallmon_gettid(void) { return (pid_t)syscall(SYS_gettid); }
+
+int cstallmon_sigrtmin(void) { return SIGRTMIN; }
+int cstallmon_sigrtmax(void) { return SIGRTMAX; }
+int cstallmon_installed_signal(void) { return atomic_load(&g_state.signal_number); }
+
+static void futex_wake_all(_Atomic int32_t *word) {
+    syscall(SYS_futex, (int32_t *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+// Async-signal-safe. Returns a slot whose watchdog gave up to IDLE, or to FREE when its owner released it.
+static void drain_abandoned(capture_slot *slot, int32_t from) {
+    int32_t expected = from;
+    if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_IDLE)) return;
+    if (atomic_load(&slot->retired)) {
+        expected = SLOT_IDLE;
+        if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
+            atomic_store(&slot->tid, 0);
+            atomic_store(&slot->retired, 0);
+            atomic_store(&slot->state, SLOT_FREE);
+        }
+    }
+    futex_wake_all(&slot->state);
+}
+
+// MARK: - The handler (async-signal-safe)
+
+// Async-signal-safe: only atomics, clock_gettime, syscall(gettid/futex) and libunwind's local unwinder, whose
+// unw_init_local2/unw_step are documented signal-safe; per-thread caching (set at install) keeps it lock-free.
+static void unwind_into(capture_slot *slot, void *ucontext) {
+    unw_cursor_t cursor;
+    slot->frame_count = 0;
+    slot->truncated = 0;
+    slot->unwind_error = 0;
+    int rc = unw_init_local2(&cursor, (unw_context_t *)ucontext, UNW_INIT_SIGNAL_FRAME);
+    if (rc < 0) {
+        slot->unwind_error = rc;
+        return;
+    }
+    uint32_t count = 0;
+    const uint32_t limit = slot->max_frames;
+    for (;;) {
+        unw_word_t ip = 0;
+        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0) break;
+        if (count == limit) {
+            slot->truncated = 1;
+            break;
+        }
+        slot->frames[count++] = (uintptr_t)ip;
+        if (unw_step(&cursor) <= 0) break;
+    }
+    slot->frame_count = count;
+}
+
+// Async-signal-safe. errno is saved and restored; nothing allocates, locks or prints.
+static void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
+    (void)signal_number;
+    (void)info;
+    const int saved_errno = errno;
+    const pid_t self = (pid_t)syscall(SYS_gettid);
+    const uint64_t entered = monotonic_ns();
+    for (int index = 0; index < CSTALLMON_MAX_SLOTS; index++) {
+        capture_slot *slot = &g_state.slots[index];
+        if (atomic_load(&slot->tid) != self) continue;
+        int32_t state = atomic_load(&slot->state);
+        if (state == SLOT_REQUESTED) {
+            int32_t expected = SLOT_REQUESTED;
+            if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_RUNNING)) {
+                if (expected == SLOT_ABANDONED) drain_abandoned(slot, SLOT_ABANDONED);
+                continue;
+            }
+            unwind_into(slot, ucontext);
+            slot->entered_ns = entered;
+            slot->done_ns = monotonic_ns();
+            expected = SLOT_RUNNING;
+            if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_DONE)) {
+                drain_abandoned(slot, SLOT_ABANDONED_RUNNING);  // the watchdog stopped waiting meanwhile
+            } else {
+                futex_wake_all(&slot->state);
+            }
+        } else if (state == SLOT_ABANDONED) {
+            drain_abandoned(slot, SLOT_ABANDONED);
+        }
+    }
+    errno = saved_errno;
+}
+
+// MARK: - Installation (NOT async-signal-safe)
+
+static void describe_handler(const struct sigaction *action, char *out, size_t size) {
+    void *address = (action->sa_flags & SA_SIGINFO) ? (void *)action->sa_sigaction : (void *)action->sa_handler;
+    if (action->sa_handler == SIG_IGN) {
+        snprintf(out, size, "SIG_IGN");
+        return;
+    }
+    Dl_info symbol;
+    if (dladdr(address, &symbol) && symbol.dli_sname) {
+        snprintf(out, size, "%s (%p in %s)", symbol.dli_sname, address, symbol.dli_fname ? symbol.dli_fname : "?");
+    } else {
+        snprintf(out, size, "%p", address);
+    }
+}
+
+static void describe_signal(int signal_number, char *out, size_t size) {
+    if (signal_number >= SIGRTMIN && signal_number <= SIGRTMAX) {
+        snprintf(out, size, "SIGRTMIN+%d (%d)", signal_number - SIGRTMIN, signal_number);
+    } else {
+        snprintf(out, size, "signal %d", signal_number);
+    }
+}
+
+// Runs libunwind once outside any handler: its one-time global init (tdep_init) takes locks we must never meet
+// inside the handler.
+static void prime_unwinder(void) {
+    unw_context_t context;
+    unw_cursor_t cursor;
+    if (unw_getcontext(&context) < 0) return;
+    if (unw_init_local(&cursor, &context) < 0) return;
+    for (int depth = 0; depth < 64 && unw_step(&cursor) > 0; depth++) {}
+}
+
+int cstallmon_install(int signal_number, char *error_buffer, size_t error_buffer_size) {
+    char signal_name[48];
+    describe_signal(signal_number, signal_name, sizeof signal_name);
+    if (signal_number < SIGRTMIN || signal_number > SIGRTMAX) {
+        snprintf(error_buffer, error_buffer_size, "%s is not a real-time signal (SIGRTMIN..SIGRTMAX is %d..%d)",
+                 signal_name, SIGRTMIN, SIGRTMAX);
+        return -1;
+    }
+    pthread_mutex_lock(&g_state.mutex);
+    const int owned = atomic_load(&g_state.signal_number);
+    if (owned != 0) {
+        int result = 0;
+        if (owned == signal_number) {
+            g_state.references++;
+        } else {
+            char owned_name[48];
+            describe_signal(owned, owned_name, sizeof owned_name);
+            snprintf(error_buffer, error_buffer_size,
+                     "stallmon already samples with %s in this process; every monitor must use the same signal, "
+                     "asked for %s", owned_name, signal_name);
+            result = -1;
+        }
+        pthread_mutex_unlock(&g_state.mutex);
+        return result;
+    }
+    struct sigaction existing;
+    if (sigaction(signal_number, NULL, &existing) != 0) {
+        snprintf(error_buffer, error_buffer_size, "sigaction(%s) failed: %s", signal_name, strerror(errno));
+        pthread_mutex_unlock(&g_state.mutex);
+        return -1;
+    }
+    if (existing.sa_handler != SIG_DFL) {
+        char owner[256];
+        describe_handler(&existing, owner, sizeof owner);
+        snprintf(error_buffer, error_buffer_size,
+                 "%s is already taken by another handler: %s; choose another signal (config key `signal`)",
+                 signal_name, owner);
+        pthread_mutex_unlock(&g_state.mutex);
+        return -1;
+    }
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    prime_unwinder();
+
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = sampling_handler;
+    action.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(signal_number, &action, NULL) != 0) {
+        snprintf(error_buffer, error_buffer_size, "sigaction(%s) failed: %s", signal_name, strerror(errno));
+        pthread_mutex_unlock(&g_state.mutex);
+        return -1;
+    }
+    atomic_store(&g_state.signal_number, signal_number);
+    g_state.references = 1;
+    pthread_mutex_unlock(&g_state.mutex);
+    return 0;
+}
+
+void cstallmon_release(void) {
+    pthread_mutex_lock(&g_state.mutex);
+    if (g_state.references > 0) g_state.references--;
+    pthread_mutex_unlock(&g_state.mutex);
+}
+
+// MARK: - Slots (NOT async-signal-safe)
+
+int cstallmon_slot_acquire(pid_t tid) {
+    int chosen = -1;
+    pthread_mutex_lock(&g_state.mutex);
+    for (int index = 0; index < CSTALLMON_MAX_SLOTS; index++) {
+        capture_slot *slot = &g_state.slots[index];
+        if (atomic_load(&slot->state) != SLOT_FREE) continue;
+        atomic_store(&slot->retired, 0);
+        atomic_store(&slot->tid, tid);
+        atomic_store(&slot->state, SLOT_IDLE);
+        chosen = index;
+        break;
+    }
+    pthread_mutex_unlock(&g_state.mutex);
+    return chosen;
+}
+
+void cstallmon_slot_release(int index) {
+    if (index < 0 || index >= CSTALLMON_MAX_SLOTS) return;
+    capture_slot *slot = &g_state.slots[index];
+    pthread_mutex_lock(&g_state.mutex);
+    atomic_store(&slot->retired, 1);
+    int32_t expected = SLOT_IDLE;
+    if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
+        atomic_store(&slot->tid, 0);
+        atomic_store(&slot->retired, 0);
+        atomic_store(&slot->state, SLOT_FREE);
+    }
+    // Otherwise a late handler is still owed this slot and frees it when it runs, unless the thread is gone:
+    // its pending signal died with it, so nobody else will.
+    else if (syscall(SYS_tgkill, getpid(), atomic_load(&slot->tid), 0) != 0 && errno == ESRCH) {
+        atomic_store(&slot->tid, 0);
+        atomic_store(&slot->retired, 0);
+        atomic_store(&slot->state, SLOT_FREE);
+    }
+    pthread_mutex_unlock(&g_state.mutex);
+}
+
+// MARK: - Capture (the waiting side; NOT async-signal-safe, bounded)
+
+void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_t timeout_ns,
+                       cstallmon_capture_result *result) {
+    memset(result, 0, sizeof *result);
+    const int signal_number = atomic_load(&g_state.signal_number);
+    if (index < 0 || index >= CSTALLMON_MAX_SLOTS || signal_number == 0) {
+        result->status = CSTALLMON_CAPTURE_NOT_READY;
+        return;
+    }
+    capture_slot *slot = &g_state.slots[index];
+    int32_t state = atomic_load(&slot->state);
+    if (state == SLOT_ABANDONED || state == SLOT_ABANDONED_RUNNING) {
+        // Never re-signal while a handler may still run. A thread that has exited took its pending signal with it,
+        // and signal 0 only probes existence.
+        if (syscall(SYS_tgkill, getpid(), atomic_load(&slot->tid), 0) != 0 && errno == ESRCH) {
+            result->status = CSTALLMON_CAPTURE_SIGNAL_FAILED;
+            result->error_number = ESRCH;
+            return;
+        }
+        result->status = CSTALLMON_CAPTURE_PENDING;
+        return;
+    }
+    if (state != SLOT_IDLE) {
+        result->status = CSTALLMON_CAPTURE_NOT_READY;
+        return;
+    }
+    slot->max_frames = max_frames < CSTALLMON_MAX_FRAMES ? max_frames : CSTALLMON_MAX_FRAMES;
+    int32_t expected = SLOT_IDLE;
+    if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_REQUESTED)) {
+        result->status = CSTALLMON_CAPTURE_NOT_READY;
+        return;
+    }
+    const pid_t tid = atomic_load(&slot->tid);
+    result->signal_sent_ns = monotonic_ns();
+    if (syscall(SYS_tgkill, getpid(), tid, signal_number) != 0) {
+        result->status = CSTALLMON_CAPTURE_SIGNAL_FAILED;
+        result->error_number = errno;
+        expected = SLOT_REQUESTED;
+        if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_IDLE)) return;
+        // A handler still owed from before served this request after all: fall through and wait for it.
+    }
+    const uint64_t deadline = result->signal_sent_ns + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
+    for (;;) {
+        state = atomic_load(&slot->state);
+        if (state == SLOT_DONE) break;
+        const uint64_t now = monotonic_ns();
+        if (now >= deadline) {
+            expected = SLOT_REQUESTED;
+            if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_ABANDONED)) {
+                result->status = CSTALLMON_CAPTURE_TIMED_OUT;
+                return;
+            }
+            if (expected == SLOT_RUNNING) {
+                if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_ABANDONED_RUNNING)) {
+                    result->status = CSTALLMON_CAPTURE_TIMED_OUT;
+                    return;
+                }
+            }
+            if (expected == SLOT_DONE) break;  // finished just now
+            result->status = CSTALLMON_CAPTURE_TIMED_OUT;
+            return;
+        }
+        const uint64_t remaining = deadline - now;
+        struct timespec wait = {.tv_sec = (time_t)(remaining / 1000000000ULL),
+                                .tv_nsec = (long)(remaining % 1000000000ULL)};
+        syscall(SYS_futex, (int32_t *)&slot->state, FUTEX_WAIT_PRIVATE, state, &wait, NULL, 0);
+    }
+    // DONE: the handler's plain writes happened before its release-store of DONE, which we just acquired.
+    const uint32_t count = slot->frame_count < max_frames ? slot->frame_count : max_frames;
+    memcpy(frames, slot->frames, count * sizeof(uintptr_t));
+    result->frame_count = count;
+    result->truncated = slot->truncated;
+    result->handler_entered_ns = slot->entered_ns;
+    result->handler_done_ns = slot->done_ns;
+    if (slot->unwind_error != 0) {
+        result->status = CSTALLMON_CAPTURE_UNWIND_FAILED;
+        result->error_number = slot->unwind_error;
+    } else {
+        result->status = CSTALLMON_CAPTURE_OK;
+    }
+    atomic_store(&slot->state, SLOT_IDLE);
+}
+
+int cstallmon_warm_up(int index) {
+    // The signal is ours; a mask inherited from whoever created this thread (test runners, thread pools block
+    // everything) must not hide the loop from the watchdog.
+    const int signal_number = atomic_load(&g_state.signal_number);
+    if (signal_number != 0) {
+        sigset_t ours;
+        sigemptyset(&ours);
+        sigaddset(&ours, signal_number);
+        pthread_sigmask(SIG_UNBLOCK, &ours, NULL);
+    }
+    uintptr_t frames[64];
+    cstallmon_capture_result result;
+    // A self-signal is delivered before tgkill returns unless blocked, so the wait is only a guard.
+    cstallmon_capture(index, frames, 64, 50 * 1000000LL, &result);
+    return result.status;
+}
+
+// MARK: - Diagnostics (NOT async-signal-safe)
+
+int cstallmon_thread_blocks_signal(pid_t tid, int signal_number) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    FILE *file = fopen(path, "re");
+    if (!file) return -1;
+    char line[256];
+    int answer = -1;
+    while (fgets(line, sizeof line, file)) {
+        unsigned long long mask = 0;
+        if (sscanf(line, "SigBlk: %llx", &mask) == 1) {
+            answer = (mask >> (signal_number - 1)) & 1ULL ? 1 : 0;
+            break;
+        }
+    }
+    fclose(file);
+    return answer;
+}

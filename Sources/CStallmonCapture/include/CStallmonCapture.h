@@ -1,0 +1,128 @@
+#ifndef C_STALLMON_CAPTURE_H
+#define C_STALLMON_CAPTURE_H
+
+// Stack capture of another thread of this process, by signal.
+//
+// The watchdog thread asks for a capture of a monitored thread: it arms that thread's slot, sends it the sampling
+// signal with tgkill, and waits (bounded) for the handler, running on the target thread, to unwind from the
+// interrupted context with libunwind into the slot's preallocated frame buffer.
+//
+// Why a slot state machine: a handler that has not finished (the thread blocks the signal, is stopped by a debugger,
+// or is descheduled) may still run later. The slot remembers that, and no second signal is sent to that thread until
+// the late handler has drained the slot; the capture reports CSTALLMON_CAPTURE_PENDING meanwhile.
+//
+// All state lives in static storage: no handler can ever point at freed memory, whatever the Swift side does.
+// Each function says whether it is async-signal-safe.
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Frames one capture stores at most; deeper stacks are truncated (the outermost frames are dropped).
+#define CSTALLMON_MAX_FRAMES 256
+/// Threads that can be monitored at once in one process.
+#define CSTALLMON_MAX_SLOTS 64
+
+typedef enum {
+    /// Frames captured.
+    CSTALLMON_CAPTURE_OK = 0,
+    /// The handler did not finish within the wait; the slot stays reserved until it does.
+    CSTALLMON_CAPTURE_TIMED_OUT = 1,
+    /// A signal sent earlier may still be pending on this thread: not signalled again.
+    CSTALLMON_CAPTURE_PENDING = 2,
+    /// tgkill failed (errno in `error_number`; ESRCH: the thread is gone).
+    CSTALLMON_CAPTURE_SIGNAL_FAILED = 3,
+    /// No handler installed, or the slot is not in use.
+    CSTALLMON_CAPTURE_NOT_READY = 4,
+    /// libunwind could not start from the signal context (its error code in `error_number`).
+    CSTALLMON_CAPTURE_UNWIND_FAILED = 5,
+} cstallmon_capture_status;
+
+/// What one capture did. Times are CLOCK_MONOTONIC nanoseconds.
+typedef struct {
+    int32_t status;              ///< a cstallmon_capture_status
+    int32_t error_number;        ///< errno or libunwind error for SIGNAL_FAILED / UNWIND_FAILED
+    uint32_t frame_count;        ///< frames written to the caller's buffer
+    uint32_t truncated;          ///< 1 when the stack was deeper than the buffer
+    uint64_t signal_sent_ns;     ///< just before tgkill
+    uint64_t handler_entered_ns; ///< first instruction of the handler's work on the target thread
+    uint64_t handler_done_ns;    ///< the handler published its frames
+} cstallmon_capture_result;
+
+/// Installs the sampling handler on `signal_number` with SA_SIGINFO|SA_RESTART|SA_ONSTACK, switches libunwind to
+/// per-thread caches, and allocates nothing later. Idempotent for the same signal (reference counted).
+/// Returns 0, or -1 and a human-readable reason in `error_buffer` when the signal already has a handler that is not
+/// ours (named in the message), when stallmon already owns a different signal in this process, or sigaction fails.
+/// NOT async-signal-safe (takes a mutex).
+int cstallmon_install(int signal_number, char *error_buffer, size_t error_buffer_size);
+
+/// Drops one reference taken by cstallmon_install. The handler itself stays installed for the life of the process:
+/// a late signal must find a handler, never the default action (which would terminate the process).
+/// NOT async-signal-safe.
+void cstallmon_release(void);
+
+/// The signal stallmon owns in this process, or 0. Async-signal-safe.
+int cstallmon_installed_signal(void);
+
+/// SIGRTMIN and SIGRTMAX, which are functions in glibc and so invisible to Swift. Async-signal-safe.
+int cstallmon_sigrtmin(void);
+int cstallmon_sigrtmax(void);
+
+/// Reserves the capture slot for thread `tid`. Returns the slot index, or -1 when all slots are taken.
+/// NOT async-signal-safe.
+int cstallmon_slot_acquire(pid_t tid);
+
+/// Returns a slot. If a signal may still be pending for it, the slot is retired instead of reused until that
+/// late handler has run. NOT async-signal-safe.
+void cstallmon_slot_release(int slot);
+
+/// Captures the stack of the slot's thread into `frames` (at most `max_frames`), waiting at most `timeout_ns`.
+/// Frame 0 is the interrupted program counter; later frames are return addresses. The handler's own frames and
+/// the signal trampoline are never included. Call from one thread per slot at a time (the slot's watchdog).
+/// NOT async-signal-safe (it is the waiting side); never blocks longer than `timeout_ns`.
+void cstallmon_capture(int slot, uintptr_t *frames, uint32_t max_frames, int64_t timeout_ns,
+                       cstallmon_capture_result *result);
+
+/// Unblocks the sampling signal on the calling thread (a mask inherited from the thread's creator must not hide it),
+/// then captures the thread's own stack through the same handler, so that libunwind's caches, lazy binding and
+/// per-thread state are warmed up before the first real capture. Call once on each monitored thread at start.
+/// Returns a cstallmon_capture_status. NOT async-signal-safe.
+int cstallmon_warm_up(int slot);
+
+/// 1 if thread `tid` of this process blocks `signal_number` (SigBlk in /proc/self/task/TID/status), 0 if not,
+/// -1 if that file could not be read. NOT async-signal-safe (stdio).
+int cstallmon_thread_blocks_signal(pid_t tid, int signal_number);
+
+/// The kernel thread id of the caller. Async-signal-safe.
+pid_t cstallmon_gettid(void);
+
+/// CLOCK_MONOTONIC in nanoseconds. Async-signal-safe (clock_gettime is on the POSIX list).
+uint64_t cstallmon_monotonic_ns(void);
+
+/// CLOCK_REALTIME in nanoseconds since the Unix epoch. Async-signal-safe.
+uint64_t cstallmon_realtime_ns(void);
+
+/// One loaded ELF image (the executable, a shared library, the vDSO).
+typedef struct {
+    const char *path;         ///< file path ("" for the vDSO); valid only during the visitor call
+    uintptr_t load_bias;      ///< dlpi_addr: address = load_bias + ELF virtual address
+    uintptr_t start;          ///< lowest mapped address of its PT_LOAD segments
+    uintptr_t end;            ///< one past the highest
+    const uint8_t *build_id;  ///< NT_GNU_BUILD_ID bytes, or NULL
+    uint32_t build_id_size;
+} cstallmon_image;
+
+typedef void (*cstallmon_image_visitor)(const cstallmon_image *image, void *context);
+
+/// Calls `visitor` for every loaded image (dl_iterate_phdr). The executable's path is resolved through
+/// /proc/self/exe. NOT async-signal-safe (takes the loader lock).
+void cstallmon_for_each_image(cstallmon_image_visitor visitor, void *context);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

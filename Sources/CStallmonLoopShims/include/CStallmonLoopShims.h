@@ -1,0 +1,68 @@
+#ifndef C_STALLMON_LOOP_SHIMS_H
+#define C_STALLMON_LOOP_SHIMS_H
+
+// Syscalls the run loop needs that Swift's Glibc module does not export (sys/epoll.h, sys/eventfd.h are not in
+// its module map), plus gettid and a CLOCK_MONOTONIC read that Swift can inline as a plain call.
+// None of these are called from a signal handler; async-signal-safety is noted anyway for callers who might.
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Readiness bits, mirrored from <sys/epoll.h> so Swift need not see that header.
+enum {
+    CSTALLMON_EPOLLIN = 0x001,
+    CSTALLMON_EPOLLOUT = 0x004,
+    CSTALLMON_EPOLLERR = 0x008,
+    CSTALLMON_EPOLLHUP = 0x010,
+    CSTALLMON_EPOLLRDHUP = 0x2000,
+};
+
+/// One ready descriptor: the user token registered with it and the readiness bits.
+typedef struct {
+    uint64_t token;
+    uint32_t events;
+} cstallmon_ready_event;
+
+/// epoll_create1(EPOLL_CLOEXEC). Returns the fd or -1 with errno. Async-signal-safe (a syscall).
+int cstallmon_epoll_create(void);
+
+/// epoll_ctl ADD/MOD/DEL with `token` as the event's data. Returns 0 or -1 with errno. Async-signal-safe.
+int cstallmon_epoll_add(int epfd, int fd, uint32_t events, uint64_t token);
+int cstallmon_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token);
+int cstallmon_epoll_remove(int epfd, int fd);
+
+/// Waits for at most `max_events` ready descriptors, at most `timeout_ns` nanoseconds (negative: forever, 0: poll).
+/// Uses epoll_pwait2 for nanosecond timeouts and falls back to epoll_wait (timeout rounded up to a millisecond)
+/// on kernels without it. Returns the count, or -1 with errno; EINTR is returned to the caller, who retries.
+/// Async-signal-safe (syscalls only) but pointless in a handler.
+int cstallmon_epoll_wait(int epfd, cstallmon_ready_event *events, int max_events, int64_t timeout_ns);
+
+/// eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK). Async-signal-safe.
+int cstallmon_eventfd_create(void);
+/// Adds 1 to the eventfd counter; EAGAIN (counter saturated) counts as success. Retries EINTR. Async-signal-safe.
+int cstallmon_eventfd_signal(int fd);
+/// Reads and resets the counter; returns 0 when it was already zero. Retries EINTR. Async-signal-safe.
+int cstallmon_eventfd_drain(int fd);
+
+/// Waits until `fd` is readable or `timeout_ns` (negative: forever) elapses, with ppoll's nanosecond timeout.
+/// Returns 1 when readable, 0 on timeout or EINTR (the caller re-checks its clock), -1 on error.
+/// Async-signal-safe.
+int cstallmon_wait_readable(int fd, int64_t timeout_ns);
+
+/// Names the calling thread (at most 15 bytes are kept). NOT async-signal-safe.
+void cstallmon_set_thread_name(const char *name);
+
+/// The kernel thread id of the caller. Async-signal-safe.
+pid_t cstallmon_loop_gettid(void);
+
+/// CLOCK_MONOTONIC in nanoseconds (vDSO, no syscall). Async-signal-safe.
+uint64_t cstallmon_loop_monotonic_ns(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,131 @@
+#ifndef _GNU_SOURCE
+#error You must define _GNU_SOURCE (Package.swift does)
+#endif
+#include "CStallmonSymbols.h"
+
+#include <elfutils/libdwfl.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Nothing in this file is async-signal-safe.
+
+struct cstallmon_symbolizer {
+    Dwfl *dwfl;
+    Dwfl_Callbacks callbacks;
+    char *debug_path;
+    pid_t pid;  // 0 in offline mode
+};
+
+static cstallmon_symbolizer *create(const char *debug_path, int offline) {
+    cstallmon_symbolizer *symbolizer = calloc(1, sizeof *symbolizer);
+    if (!symbolizer) return NULL;
+    if (debug_path) symbolizer->debug_path = strdup(debug_path);
+    symbolizer->callbacks.find_elf = offline ? dwfl_build_id_find_elf : dwfl_linux_proc_find_elf;
+    symbolizer->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+    symbolizer->callbacks.debuginfo_path = &symbolizer->debug_path;
+    symbolizer->dwfl = dwfl_begin(&symbolizer->callbacks);
+    if (!symbolizer->dwfl) {
+        free(symbolizer->debug_path);
+        free(symbolizer);
+        return NULL;
+    }
+    return symbolizer;
+}
+
+cstallmon_symbolizer *cstallmon_symbolizer_create_for_process(pid_t pid, const char *debug_path) {
+    cstallmon_symbolizer *symbolizer = create(debug_path, 0);
+    if (!symbolizer) return NULL;
+    symbolizer->pid = pid;
+    if (cstallmon_symbolizer_refresh(symbolizer) != 0) {
+        cstallmon_symbolizer_destroy(symbolizer);
+        return NULL;
+    }
+    return symbolizer;
+}
+
+cstallmon_symbolizer *cstallmon_symbolizer_create_offline(const char *debug_path) {
+    return create(debug_path, 1);
+}
+
+int cstallmon_symbolizer_add_module(cstallmon_symbolizer *symbolizer, const char *path, uintptr_t bias) {
+    dwfl_report_begin_add(symbolizer->dwfl);
+    Dwfl_Module *module = dwfl_report_elf(symbolizer->dwfl, path, path, -1, (GElf_Addr)bias, false);
+    dwfl_report_end(symbolizer->dwfl, NULL, NULL);
+    return module ? 0 : -1;
+}
+
+int cstallmon_symbolizer_refresh(cstallmon_symbolizer *symbolizer) {
+    if (symbolizer->pid == 0) return 0;
+    dwfl_report_begin(symbolizer->dwfl);
+    int rc = dwfl_linux_proc_report(symbolizer->dwfl, symbolizer->pid);
+    dwfl_report_end(symbolizer->dwfl, NULL, NULL);
+    return rc == 0 ? 0 : -1;
+}
+
+int cstallmon_symbolize(cstallmon_symbolizer *symbolizer, uintptr_t address, cstallmon_symbol *out) {
+    memset(out, 0, sizeof *out);
+    Dwfl_Module *module = dwfl_addrmodule(symbolizer->dwfl, (Dwarf_Addr)address);
+    if (!module) return 0;
+    Dwarf_Addr start = 0, bias = 0;
+    const char *main_file = NULL;
+    const char *name = dwfl_module_info(module, NULL, &start, NULL, NULL, NULL, &main_file, NULL);
+    out->module_path = main_file ? main_file : name;
+    out->module_start = (uintptr_t)start;
+    if (dwfl_module_getelf(module, &bias)) out->module_bias = (uintptr_t)bias;
+
+    GElf_Off offset = 0;
+    GElf_Sym symbol;
+    const char *symbol_name = dwfl_module_addrinfo(module, (GElf_Addr)address, &offset, &symbol, NULL, NULL, NULL);
+    if (symbol_name) {
+        out->symbol = symbol_name;
+        out->symbol_offset = offset;
+    }
+    Dwfl_Line *line = dwfl_module_getsrc(module, (Dwarf_Addr)address);
+    if (line) {
+        int line_number = 0, column = 0;
+        const char *file = dwfl_lineinfo(line, NULL, &line_number, &column, NULL, NULL);
+        if (file && line_number > 0) {
+            out->source_file = file;
+            out->line = line_number;
+            out->column = column;
+        }
+    }
+    return 1;
+}
+
+void cstallmon_symbolizer_destroy(cstallmon_symbolizer *symbolizer) {
+    if (!symbolizer) return;
+    dwfl_end(symbolizer->dwfl);
+    free(symbolizer->debug_path);
+    free(symbolizer);
+}
+
+// MARK: - Demangling
+
+// Exported by libswiftCore, which every Swift program links; the runtime's own demangler.
+extern char *swift_demangle(const char *mangled, size_t length, char *output, size_t *output_size, uint32_t flags);
+// Exported by libstdc++ / libc++abi, which the Swift runtime links.
+extern char *__cxa_demangle(const char *mangled, char *output, size_t *length, int *status);
+
+static int copy_out(char *text, char *out, size_t out_size) {
+    if (!text) return 0;
+    strncpy(out, text, out_size - 1);
+    out[out_size - 1] = '\0';
+    free(text);
+    return 1;
+}
+
+int cstallmon_demangle_swift(const char *mangled, char *out, size_t out_size) {
+    if (!mangled || out_size == 0) return 0;
+    if (!(strncmp(mangled, "$s", 2) == 0 || strncmp(mangled, "_$s", 3) == 0 || strncmp(mangled, "$S", 2) == 0 ||
+          strncmp(mangled, "_T0", 3) == 0 || strncmp(mangled, "$e", 2) == 0)) {
+        return 0;
+    }
+    return copy_out(swift_demangle(mangled, strlen(mangled), NULL, NULL, 0), out, out_size);
+}
+
+int cstallmon_demangle_cxx(const char *mangled, char *out, size_t out_size) {
+    if (!mangled || out_size == 0 || strncmp(mangled, "_Z", 2) != 0) return 0;
+    int status = 0;
+    return copy_out(__cxa_demangle(mangled, NULL, NULL, &status), out, out_size);
+}

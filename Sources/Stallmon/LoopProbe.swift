@@ -1,0 +1,117 @@
+import Synchronization
+
+/// The monitor's footprint on the loop thread: observers store the busy interval of each loop iteration into
+/// atomics that the watchdog reads from its own thread.
+///
+/// Per iteration the loop pays a few relaxed/release atomic stores and no clock read of its own (the loop hands
+/// observers the timestamp it already took). No locks, allocation, syscalls or I/O.
+///
+/// Protocol: `sequence` is odd while an iteration is busy, even while the loop waits; iteration number =
+/// (sequence + 1) / 2. `busySince` belongs to the current odd sequence, read seqlock-style. When an iteration
+/// ends having lasted at least the threshold, the loop also publishes it in the `long*` record (its own seqlock), so
+/// the watchdog learns the exact end time even if the loop has moved on by the time it looks.
+final class LoopProbe: Sendable {
+    let thresholdNanoseconds: UInt64
+
+    private let sequence = Atomic<UInt64>(0)
+    private let busySince = Atomic<UInt64>(0)
+    private let longSequence = Atomic<UInt64>(0)
+    private let longIteration = Atomic<UInt64>(0)
+    private let longBegin = Atomic<UInt64>(0)
+    private let longEnd = Atomic<UInt64>(0)
+    /// Iterations that lasted at least the threshold, counted by the loop itself (ground truth for the watchdog).
+    let longIterationCount = Atomic<UInt64>(0)
+    /// Loop-thread-only: the current interval was opened by afterWaiting, so the next beforeTimers continues it.
+    private let openedByWake = Atomic<Bool>(false)
+
+    init(thresholdNanoseconds: UInt64) {
+        self.thresholdNanoseconds = thresholdNanoseconds
+    }
+
+    // MARK: - Loop thread
+
+    /// afterWaiting: the loop woke up; everything until beforeWaiting is busy.
+    @inline(__always)
+    func loopWoke(at now: UInt64) {
+        endIteration(at: now)
+        beginIteration(at: now)
+        openedByWake.store(true, ordering: .relaxed)
+    }
+
+    /// beforeTimers: a new pass. It continues the interval opened by the wake-up, or, when the loop polled instead
+    /// of sleeping, closes the previous pass and opens a new interval.
+    @inline(__always)
+    func passBegins(at now: UInt64) {
+        if openedByWake.load(ordering: .relaxed) {
+            openedByWake.store(false, ordering: .relaxed)
+            return
+        }
+        endIteration(at: now)
+        beginIteration(at: now)
+    }
+
+    /// beforeWaiting / exit: the busy interval ends.
+    @inline(__always)
+    func loopIdles(at now: UInt64) {
+        openedByWake.store(false, ordering: .relaxed)
+        endIteration(at: now)
+    }
+
+    @inline(__always)
+    private func beginIteration(at now: UInt64) {
+        busySince.store(now, ordering: .relaxed)
+        sequence.wrappingAdd(1, ordering: .releasing)  // even → odd
+    }
+
+    @inline(__always)
+    private func endIteration(at now: UInt64) {
+        let current = sequence.load(ordering: .relaxed)
+        guard current & 1 == 1 else { return }
+        let since = busySince.load(ordering: .relaxed)
+        if now &- since >= thresholdNanoseconds && now >= since {
+            publishLongIteration(iteration: (current + 1) / 2, begin: since, end: now)
+        }
+        sequence.store(current &+ 1, ordering: .releasing)  // odd → even
+    }
+
+    private func publishLongIteration(iteration: UInt64, begin: UInt64, end: UInt64) {
+        let version = longSequence.load(ordering: .relaxed)
+        longSequence.store(version &+ 1, ordering: .relaxed)  // odd: being written
+        atomicMemoryFence(ordering: .releasing)
+        longIteration.store(iteration, ordering: .relaxed)
+        longBegin.store(begin, ordering: .relaxed)
+        longEnd.store(end, ordering: .relaxed)
+        longSequence.store(version &+ 2, ordering: .releasing)
+        longIterationCount.wrappingAdd(1, ordering: .relaxed)
+    }
+
+    // MARK: - Watchdog thread
+
+    /// A consistent reading of the loop's state.
+    func read() -> StallDetector.Reading {
+        while true {
+            let before = sequence.load(ordering: .acquiring)
+            let since = busySince.load(ordering: .relaxed)
+            atomicMemoryFence(ordering: .acquiring)
+            let after = sequence.load(ordering: .relaxed)
+            guard before == after else { continue }
+            if before & 1 == 0 { return .idle(completedIterations: before / 2) }
+            return .busy(iteration: (before + 1) / 2, since: since)
+        }
+    }
+
+    /// The exact interval of `iteration` if the loop recorded it as long and has not overwritten it since.
+    func longIterationRecord(_ iteration: UInt64) -> (begin: UInt64, end: UInt64)? {
+        for _ in 0..<1000 {
+            let before = longSequence.load(ordering: .acquiring)
+            if before & 1 == 1 { continue }
+            let recorded = longIteration.load(ordering: .relaxed)
+            let begin = longBegin.load(ordering: .relaxed)
+            let end = longEnd.load(ordering: .relaxed)
+            atomicMemoryFence(ordering: .acquiring)
+            guard longSequence.load(ordering: .relaxed) == before else { continue }
+            return recorded == iteration ? (begin, end) : nil
+        }
+        return nil
+    }
+}

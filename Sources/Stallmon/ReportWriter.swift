@@ -1,0 +1,213 @@
+import CStallmonLoopShims
+import Foundation
+import Logging
+import Metrics
+import StallmonLoop
+import Synchronization
+
+/// The writer thread: symbolicates, writes reports atomically, appends to the event log. The watchdog hands it
+/// messages through a bounded queue and never waits for it; when the queue is full the report is dropped and
+/// counted rather than delaying detection.
+final class ReportWriter: Sendable {
+    enum Message: Sendable {
+        case begin(StallSnapshot)
+        case interim(StallSnapshot)
+        case finish(StallSnapshot)
+    }
+
+    static let queueLimit = 256
+
+    private let configuration: StallMonitorConfiguration
+    private let logger: Logger
+    private let counters: MonitorCounters
+    private let queue = Mutex<(messages: [Message], stopping: Bool)>(([], false))
+    private let wakeFD: Int32
+    private let thread = Mutex<PosixThread?>(nil)
+    private let written: Counter
+    private let dropped: Counter
+
+    init(configuration: StallMonitorConfiguration, logger: Logger, counters: MonitorCounters, loopName: String) {
+        self.configuration = configuration
+        self.logger = logger
+        self.counters = counters
+        wakeFD = cstallmon_eventfd_create()
+        written = Counter(label: "stallmon_reports_written_total", dimensions: [("loop", loopName)])
+        dropped = Counter(label: "stallmon_reports_dropped_total", dimensions: [("loop", loopName)])
+    }
+
+    deinit {
+        if wakeFD >= 0 { close(wakeFD) }
+    }
+
+    func start() {
+        let started = PosixThread.start(name: "stallmon-writer") { [self] in run() }
+        if started == nil { logger.error("stallmon: cannot start the report writer thread; reports will be dropped") }
+        thread.withLock { $0 = started }
+    }
+
+    /// Finishes what is queued, then joins the thread.
+    func stop() {
+        queue.withLock { $0.stopping = true }
+        _ = cstallmon_eventfd_signal(wakeFD)
+        let running = thread.withLock { thread in
+            defer { thread = nil }
+            return thread
+        }
+        running?.join()
+    }
+
+    /// Queues a message; never blocks. Returns false (and counts a drop) when the queue is full.
+    @discardableResult
+    func submit(_ message: Message) -> Bool {
+        let accepted = queue.withLock { state in
+            guard state.messages.count < Self.queueLimit, !state.stopping else { return false }
+            state.messages.append(message)
+            return true
+        }
+        if accepted {
+            _ = cstallmon_eventfd_signal(wakeFD)
+        } else if case .finish = message {
+            counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
+            dropped.increment()
+        }
+        return accepted
+    }
+
+    // MARK: - Writer thread
+
+    private func run() {
+        var state = WriterState(configuration: configuration)
+        while true {
+            _ = cstallmon_wait_readable(wakeFD, -1)
+            _ = cstallmon_eventfd_drain(wakeFD)
+            let (batch, stopping) = queue.withLock { state in
+                defer { state.messages.removeAll(keepingCapacity: true) }
+                return (state.messages, state.stopping)
+            }
+            for message in batch { handle(message, state: &state) }
+            if stopping && queue.withLock({ $0.messages.isEmpty }) { return }
+        }
+    }
+
+    /// Writer-thread-only state.
+    private struct WriterState {
+        let eventLog: EventLog
+        var builder: ReportBuilder?
+        var failing: String?
+        var droppedSinceFailure = 0
+        var reportPaths: [String: String] = [:]
+
+        init(configuration: StallMonitorConfiguration) {
+            eventLog = EventLog(path: configuration.resolvedEventLogPath, maxBytes: configuration.eventLogMaxBytes,
+                                maxFiles: configuration.eventLogMaxFiles)
+        }
+
+        mutating func reportBuilder() -> ReportBuilder {
+            if let builder { return builder }
+            let made = ReportBuilder(symbolicator: Symbolicator())
+            builder = made
+            return made
+        }
+    }
+
+    private func handle(_ message: Message, state: inout WriterState) {
+        switch message {
+        case .begin(let snapshot):
+            let report = state.reportBuilder().build(snapshot)
+            var event = baseEvent("stall.begin", snapshot)
+            event.elapsedMs = Double(snapshot.elapsedAtDetection) / 1e6
+            event.topFrame = report.topFrame?.displayName
+            log(event, state: &state)
+        case .interim(let snapshot):
+            let report = state.reportBuilder().build(snapshot)
+            if let path = persist(report, state: &state) {
+                counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed)
+                var event = baseEvent("stall.interim", snapshot)
+                event.durationMs = report.durationMs
+                event.topFrame = report.topFrame?.displayName
+                event.samples = report.samples.count
+                event.report = path
+                log(event, state: &state)
+            }
+        case .finish(let snapshot):
+            let report = state.reportBuilder().build(snapshot)
+            let path = persist(report, state: &state)
+            if path != nil {
+                counters.reportsWritten.wrappingAdd(1, ordering: .relaxed)
+                written.increment()
+            } else {
+                counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
+                dropped.increment()
+            }
+            var event = baseEvent("stall.end", snapshot)
+            event.durationMs = report.durationMs
+            event.topFrame = report.topFrame?.displayName
+            event.samples = report.samples.count
+            event.report = path
+            log(event, state: &state)
+            state.reportPaths[snapshot.id] = nil
+        }
+    }
+
+    private func baseEvent(_ name: String, _ snapshot: StallSnapshot) -> StallEvent {
+        var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()), event: name)
+        event.id = snapshot.id
+        event.loop = snapshot.loopName
+        event.tid = snapshot.threadID
+        event.thresholdMs = Double(snapshot.thresholdNanoseconds) / 1e6
+        event.label = snapshot.labelID == 0 ? nil : LooperLabel(id: snapshot.labelID).name
+        return event
+    }
+
+    /// Writes the report (an interim one and its final replacement share a path). Returns the path, or nil after
+    /// logging the failure once per change of state.
+    private func persist(_ report: StallReport, state: inout WriterState) -> String? {
+        let path = state.reportPaths[report.id] ?? reportPath(for: report)
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .withoutEscapingSlashes]
+            let bytes = Array(try encoder.encode(report))
+            try AtomicFile.createDirectory(configuration.reportDirectory)
+            try AtomicFile.write(bytes, to: path)
+            state.reportPaths[report.id] = path
+            if let reason = state.failing {
+                logger.notice("stallmon: reports are being written again", metadata: [
+                    "directory": "\(configuration.reportDirectory)", "dropped": "\(state.droppedSinceFailure)",
+                    "previousError": "\(reason)",
+                ])
+                state.failing = nil
+                state.droppedSinceFailure = 0
+            }
+            return path
+        } catch {
+            let reason = "\(error)"
+            state.droppedSinceFailure += 1
+            if state.failing != reason {
+                logger.error("stallmon: cannot write stall reports; dropping them until this is fixed", metadata: [
+                    "directory": "\(configuration.reportDirectory)", "error": "\(reason)",
+                ])
+                state.failing = reason
+                var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
+                                       event: "monitor.error")
+                event.message = "cannot write stall reports: \(reason)"
+                log(event, state: &state)
+            }
+            return nil
+        }
+    }
+
+    private func reportPath(for report: StallReport) -> String {
+        let stamp = report.start.wall.filter { $0 != "-" && $0 != ":" }
+        let directory = configuration.reportDirectory.hasSuffix("/")
+            ? String(configuration.reportDirectory.dropLast()) : configuration.reportDirectory
+        return "\(directory)/stall-\(stamp)-\(report.id.prefix(8)).json"
+    }
+
+    private func log(_ event: StallEvent, state: inout WriterState) {
+        do {
+            try state.eventLog.append(event)
+        } catch {
+            counters.eventsDropped.wrappingAdd(1, ordering: .relaxed)
+        }
+    }
+}

@@ -1,0 +1,103 @@
+import Foundation
+
+extension StallMonitorConfiguration {
+    /// Every key the config file and the environment accept, in the order of `config/stallmon.conf`.
+    public static let keys = [
+        "threshold_ms", "sample_interval_ms", "max_samples", "max_frames", "interim_after_ms", "capture_timeout_ms",
+        "signal", "report_dir", "event_log", "event_log_max_bytes", "event_log_max_files",
+    ]
+
+    /// The environment variable naming a config file to load.
+    public static let configFileVariable = "STALLMON_CONFIG"
+
+    /// Loads `path` (if given) over the defaults, then applies `STALLMON_<KEY>` variables from `environment`, then
+    /// validates. Errors name the file and line, or the variable, and the offending value.
+    public static func load(file path: String?,
+                            environment: [String: String] = ProcessInfo.processInfo.environment,
+                            base: StallMonitorConfiguration = StallMonitorConfiguration())
+        throws(ConfigurationError) -> StallMonitorConfiguration
+    {
+        var configuration = base
+        if let path {
+            let text: String
+            do {
+                text = try String(contentsOfFile: path, encoding: .utf8)
+            } catch {
+                throw ConfigurationError("cannot read config file \(path): \(error.localizedDescription)")
+            }
+            for (key, value, line) in try parse(text, source: path) {
+                do {
+                    try configuration.set(key, to: value)
+                } catch {
+                    throw ConfigurationError("\(path):\(line): \(error.description)")
+                }
+            }
+        }
+        for (name, value) in environment.sorted(by: { $0.key < $1.key }) where name.hasPrefix("STALLMON_") {
+            if name == configFileVariable { continue }
+            let key = String(name.dropFirst("STALLMON_".count)).lowercased()
+            guard keys.contains(key) else {
+                throw ConfigurationError("unknown environment variable \(name) (known: "
+                    + keys.map { "STALLMON_" + $0.uppercased() }.joined(separator: ", ") + ")")
+            }
+            do {
+                try configuration.set(key, to: value)
+            } catch {
+                throw ConfigurationError("environment \(name): \(error.description)")
+            }
+        }
+        try configuration.validate()
+        return configuration
+    }
+
+    /// `key = value` lines; `#` starts a comment; blank lines are ignored. Returns (key, value, line number).
+    static func parse(_ text: String, source: String) throws(ConfigurationError) -> [(String, String, Int)] {
+        var entries: [(String, String, Int)] = []
+        for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            var line = Substring(rawLine)
+            if let hash = line.firstIndex(of: "#") { line = line[..<hash] }
+            let content = String(line).trimmingWhitespace()
+            if content.isEmpty { continue }
+            guard let equals = content.firstIndex(of: "=") else {
+                throw ConfigurationError("\(source):\(index + 1): expected `key = value`, found `\(content)`")
+            }
+            let key = String(content[..<equals]).trimmingWhitespace()
+            var value = String(content[content.index(after: equals)...]).trimmingWhitespace()
+            if value.count >= 2, value.first == "\"", value.last == "\"" { value = String(value.dropFirst().dropLast()) }
+            guard keys.contains(key) else {
+                throw ConfigurationError("\(source):\(index + 1): unknown config key `\(key)` (known: "
+                    + keys.joined(separator: ", ") + ")")
+            }
+            entries.append((key, value, index + 1))
+        }
+        return entries
+    }
+
+    /// Sets one knob from its textual form.
+    mutating func set(_ key: String, to value: String) throws(ConfigurationError) {
+        func milliseconds() throws(ConfigurationError) -> Duration {
+            guard let number = Double(value), number.isFinite else {
+                throw .invalid(key: key, value: value, reason: "expected a number of milliseconds")
+            }
+            return .nanoseconds(Int64((number * 1_000_000).rounded()))
+        }
+        func integer() throws(ConfigurationError) -> Int {
+            guard let number = Int(value) else { throw .invalid(key: key, value: value, reason: "expected an integer") }
+            return number
+        }
+        switch key {
+        case "threshold_ms": threshold = try milliseconds()
+        case "sample_interval_ms": sampleInterval = try milliseconds()
+        case "max_samples": maxSamples = try integer()
+        case "max_frames": maxFrames = try integer()
+        case "interim_after_ms": interimAfter = try milliseconds()
+        case "capture_timeout_ms": captureTimeout = try milliseconds()
+        case "signal": signal = try SamplingSignal(parsing: value)
+        case "report_dir": reportDirectory = value
+        case "event_log": eventLogPath = value.isEmpty ? nil : value
+        case "event_log_max_bytes": eventLogMaxBytes = try integer()
+        case "event_log_max_files": eventLogMaxFiles = try integer()
+        default: throw ConfigurationError("unknown config key `\(key)`")
+        }
+    }
+}

@@ -1,0 +1,166 @@
+import CStallmonCapture
+
+/// Everything a `StallMonitor` can be told. The same knobs exist as keys of the config file (see
+/// `config/stallmon.conf`) and as `STALLMON_*` environment variables, which override the file.
+public struct StallMonitorConfiguration: Sendable, Equatable {
+    /// A loop iteration busy for longer than this is a stall. Key `threshold_ms`, default 100 ms.
+    public var threshold: Duration
+    /// While a stall lasts, the stack is sampled this often. Key `sample_interval_ms`, default 10 ms;
+    /// must be shorter than `threshold`.
+    public var sampleInterval: Duration
+    /// At most this many samples per stall. Key `max_samples`, default 500.
+    public var maxSamples: Int
+    /// At most this many frames per sample (deeper stacks are truncated). Key `max_frames`, default 128, ≤ 256.
+    public var maxFrames: Int
+    /// A stall still running after this long gets an interim report marked `ongoing`, replaced by the final one.
+    /// Key `interim_after_ms`, default 2000 ms.
+    public var interimAfter: Duration
+    /// The longest the watchdog waits for one capture before recording "capture timed out". Key
+    /// `capture_timeout_ms`, default 100 ms.
+    public var captureTimeout: Duration
+    /// The real-time signal used to sample the loop thread. Key `signal`, default `SIGRTMIN+3`.
+    public var signal: SamplingSignal
+    /// Where reports go (created 0700 if missing). Key `report_dir`, default `./stallmon-reports`.
+    public var reportDirectory: String
+    /// The JSON-lines event log. Key `event_log`, default `<report_dir>/events.jsonl`.
+    public var eventLogPath: String?
+    /// The event log is rotated when it would grow past this. Key `event_log_max_bytes`, default 10 MiB.
+    public var eventLogMaxBytes: Int
+    /// Rotated logs kept besides the live one (`events.jsonl.1` …). Key `event_log_max_files`, default 3.
+    public var eventLogMaxFiles: Int
+
+    /// Creates a configuration; values not given take their defaults. Call `validate()` (the monitor does) to
+    /// check them.
+    public init(threshold: Duration = .milliseconds(100),
+                sampleInterval: Duration = .milliseconds(10),
+                maxSamples: Int = 500,
+                maxFrames: Int = 128,
+                interimAfter: Duration = .milliseconds(2000),
+                captureTimeout: Duration = .milliseconds(100),
+                signal: SamplingSignal = .default,
+                reportDirectory: String = "./stallmon-reports",
+                eventLogPath: String? = nil,
+                eventLogMaxBytes: Int = 10 << 20,
+                eventLogMaxFiles: Int = 3) {
+        self.threshold = threshold
+        self.sampleInterval = sampleInterval
+        self.maxSamples = maxSamples
+        self.maxFrames = maxFrames
+        self.interimAfter = interimAfter
+        self.captureTimeout = captureTimeout
+        self.signal = signal
+        self.reportDirectory = reportDirectory
+        self.eventLogPath = eventLogPath
+        self.eventLogMaxBytes = eventLogMaxBytes
+        self.eventLogMaxFiles = eventLogMaxFiles
+    }
+
+    /// The event log path in effect: `eventLogPath`, or `events.jsonl` in the report directory.
+    public var resolvedEventLogPath: String {
+        eventLogPath ?? (reportDirectory.hasSuffix("/") ? reportDirectory : reportDirectory + "/") + "events.jsonl"
+    }
+
+    /// Throws a `ConfigurationError` naming the first value that makes no sense.
+    public func validate() throws(ConfigurationError) {
+        guard threshold > .zero else {
+            throw .invalid(key: "threshold_ms", value: "\(threshold.milliseconds)", reason: "must be greater than 0")
+        }
+        guard sampleInterval > .zero else {
+            throw .invalid(key: "sample_interval_ms", value: "\(sampleInterval.milliseconds)",
+                           reason: "must be greater than 0")
+        }
+        guard sampleInterval < threshold else {
+            throw .invalid(key: "sample_interval_ms", value: "\(sampleInterval.milliseconds)",
+                           reason: "must be shorter than threshold_ms (\(threshold.milliseconds))")
+        }
+        guard (1...100_000).contains(maxSamples) else {
+            throw .invalid(key: "max_samples", value: "\(maxSamples)", reason: "must be between 1 and 100000")
+        }
+        guard (1...Int(CSTALLMON_MAX_FRAMES)).contains(maxFrames) else {
+            throw .invalid(key: "max_frames", value: "\(maxFrames)",
+                           reason: "must be between 1 and \(CSTALLMON_MAX_FRAMES)")
+        }
+        guard interimAfter > threshold else {
+            throw .invalid(key: "interim_after_ms", value: "\(interimAfter.milliseconds)",
+                           reason: "must be longer than threshold_ms (\(threshold.milliseconds))")
+        }
+        guard captureTimeout > .zero, captureTimeout <= .seconds(5) else {
+            throw .invalid(key: "capture_timeout_ms", value: "\(captureTimeout.milliseconds)",
+                           reason: "must be between 0 (exclusive) and 5000")
+        }
+        guard !reportDirectory.isEmpty else {
+            throw .invalid(key: "report_dir", value: "", reason: "must not be empty")
+        }
+        guard eventLogMaxBytes >= 4096 else {
+            throw .invalid(key: "event_log_max_bytes", value: "\(eventLogMaxBytes)", reason: "must be at least 4096")
+        }
+        guard (0...100).contains(eventLogMaxFiles) else {
+            throw .invalid(key: "event_log_max_files", value: "\(eventLogMaxFiles)",
+                           reason: "must be between 0 and 100")
+        }
+        _ = try signal.resolve()
+    }
+}
+
+/// The real-time signal stallmon samples with, written `SIGRTMIN+N` (or a plain number in SIGRTMIN…SIGRTMAX).
+public struct SamplingSignal: Sendable, Equatable, CustomStringConvertible {
+    /// Offset from SIGRTMIN; the signal number is resolved at run time because glibc reserves the first few.
+    public var offsetFromRTMin: Int
+
+    public init(offsetFromRTMin: Int) {
+        self.offsetFromRTMin = offsetFromRTMin
+    }
+
+    /// SIGRTMIN+3.
+    public static let `default` = SamplingSignal(offsetFromRTMin: 3)
+
+    /// Parses `SIGRTMIN+N`, `SIGRTMIN`, or a signal number in the real-time range.
+    public init(parsing text: String) throws(ConfigurationError) {
+        let trimmed = text.trimmingWhitespace().uppercased()
+        if trimmed == "SIGRTMIN" {
+            self.init(offsetFromRTMin: 0)
+        } else if trimmed.hasPrefix("SIGRTMIN+"), let offset = Int(trimmed.dropFirst("SIGRTMIN+".count)), offset >= 0 {
+            self.init(offsetFromRTMin: offset)
+        } else if let number = Int(trimmed) {
+            self.init(offsetFromRTMin: number - Int(cstallmon_sigrtmin()))
+        } else {
+            throw .invalid(key: "signal", value: text, reason: "expected SIGRTMIN+N or a real-time signal number")
+        }
+        _ = try resolve()
+    }
+
+    /// The signal number on this system.
+    public func resolve() throws(ConfigurationError) -> Int32 {
+        let number = Int(cstallmon_sigrtmin()) + offsetFromRTMin
+        guard offsetFromRTMin >= 0, number <= Int(cstallmon_sigrtmax()) else {
+            throw .invalid(key: "signal", value: description,
+                           reason: "outside SIGRTMIN..SIGRTMAX (\(cstallmon_sigrtmin())..\(cstallmon_sigrtmax()))")
+        }
+        return Int32(number)
+    }
+
+    public var description: String { offsetFromRTMin == 0 ? "SIGRTMIN" : "SIGRTMIN+\(offsetFromRTMin)" }
+}
+
+/// A configuration value, file or environment variable stallmon cannot use. The message names the key, the value
+/// and, for files, the line.
+public struct ConfigurationError: Error, Equatable, CustomStringConvertible, Sendable {
+    public let description: String
+
+    public init(_ description: String) {
+        self.description = description
+    }
+
+    static func invalid(key: String, value: String, reason: String) -> ConfigurationError {
+        ConfigurationError("invalid \(key) = \(value): \(reason)")
+    }
+}
+
+extension String {
+    func trimmingWhitespace() -> String {
+        var slice = Substring(self)
+        while let first = slice.first, first.isWhitespace { slice.removeFirst() }
+        while let last = slice.last, last.isWhitespace { slice.removeLast() }
+        return String(slice)
+    }
+}

@@ -1,0 +1,103 @@
+/// One stall, as written to `<report_dir>/stall-*.json`. The JSON form is a documented contract (README, "Report
+/// schema"): fields are only ever added within a schema version.
+public struct StallReport: Codable, Sendable, Equatable {
+    /// The schema this report follows; readers refuse other names and newer versions.
+    public static let currentSchema = "stallmon.report/1"
+
+    public var schema: String
+    /// Stable id of the stall (an interim report and its final replacement share it).
+    public var id: String
+    /// True for an interim report of a stall that was still going on when written.
+    public var ongoing: Bool
+    public var process: ProcessDescription
+    public var thread: ThreadDescription
+    /// The `Looper`'s name.
+    public var loop: String
+    public var thresholdMs: Double
+    public var start: StartTime
+    /// Busy time of the stalled iteration: exact from the loop's own clock reads when `durationSource` is "loop";
+    /// for an ongoing stall, the time until the report was written ("watchdog").
+    public var durationMs: Double
+    public var durationSource: String
+    /// What the loop was running when the stall was detected (timer, source or block label).
+    public var label: String
+    /// The most frequent innermost in-app frame across samples: the grouping key of `stallmon report`.
+    public var topFrame: FrameSummary?
+    public var captures: CaptureCounts
+    public var samples: [Sample]
+    /// Unique frames referenced by index from `samples[].frames`.
+    public var frames: [Frame]
+    /// Images loaded at the time (path, build id, load bias), for offline symbolication.
+    public var images: [ImageInfo]
+
+    public struct ProcessDescription: Codable, Sendable, Equatable {
+        public var pid: Int32
+        public var executable: String
+        public var buildId: String?
+        public var hostname: String
+    }
+
+    public struct ThreadDescription: Codable, Sendable, Equatable {
+        public var tid: Int32
+        public var name: String
+    }
+
+    public struct StartTime: Codable, Sendable, Equatable {
+        /// Wall clock, ISO 8601 UTC with milliseconds.
+        public var wall: String
+        /// CLOCK_MONOTONIC nanoseconds (compare within one boot only).
+        public var monotonicNs: UInt64
+    }
+
+    public struct CaptureCounts: Codable, Sendable, Equatable {
+        public var attempted: Int
+        public var succeeded: Int
+        public var timedOut: Int
+        /// Median and maximum pause of the loop thread per capture, microseconds.
+        public var pauseMedianUs: Double?
+        public var pauseMaxUs: Double?
+    }
+
+    public struct Sample: Codable, Sendable, Equatable {
+        /// Time since the stalled iteration began.
+        public var offsetMs: Double
+        public var status: CaptureStatus
+        /// Indices into `frames`, innermost first.
+        public var frames: [Int]
+        public var truncated: Bool
+        /// The label of what the loop ran at that moment.
+        public var label: String?
+    }
+
+    public struct Frame: Codable, Sendable, Equatable {
+        /// The raw address, hex: the program counter for a sample's first frame, a return address otherwise.
+        public var address: String
+        /// Index into `images`.
+        public var image: Int?
+        public var module: String?
+        public var buildId: String?
+        /// Offset of the looked-up address in its module, hex (for `addr2line -e module offset`).
+        public var offset: String?
+        public var symbol: String?
+        public var symbolOffset: Int?
+        public var file: String?
+        public var line: Int?
+        public var inApp: Bool
+    }
+
+    public struct FrameSummary: Codable, Sendable, Equatable {
+        public var symbol: String
+        public var module: String?
+        public var file: String?
+        public var line: Int?
+
+        /// `symbol (file:line)` or `symbol`.
+        public var displayName: String {
+            if let file, let line {
+                let name = file.split(separator: "/").last.map(String.init) ?? file
+                return "\(symbol) (\(name):\(line))"
+            }
+            return symbol
+        }
+    }
+}

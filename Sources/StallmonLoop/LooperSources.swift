@@ -1,0 +1,133 @@
+import Synchronization
+
+/// A timer on a `Looper`, returned by `Looper.schedule(after:...)` and `Looper.schedule(every:...)`.
+public final class LooperTimer: Sendable {
+    /// What the timer is called in stall reports.
+    public let label: LooperLabel
+    /// The repeat interval, or nil for a one-shot timer.
+    public let interval: Duration?
+    /// How late the loop may fire the timer so that it can wake once for several timers.
+    public let tolerance: Duration
+
+    let block: @Sendable () -> Void
+    private let cancelled = Atomic<Bool>(false)
+    private weak let loop: Looper?
+
+    init(label: LooperLabel, interval: Duration?, tolerance: Duration, loop: Looper,
+         block: @escaping @Sendable () -> Void) {
+        self.label = label
+        self.interval = interval
+        self.tolerance = tolerance
+        self.loop = loop
+        self.block = block
+    }
+
+    /// Stops the timer. Safe from any thread; once it returns on the loop thread the timer never fires again, and
+    /// from another thread it may fire at most once more if it was already due.
+    public func cancel() {
+        guard !cancelled.exchange(true, ordering: .relaxed) else { return }
+        loop?.removeTimer(self)
+    }
+
+    /// False once cancelled or, for a one-shot timer, fired.
+    public var isValid: Bool { !cancelled.load(ordering: .relaxed) }
+
+    func invalidateAfterFiring() {
+        cancelled.store(true, ordering: .relaxed)
+    }
+}
+
+/// A file-descriptor source on a `Looper`: its handler runs on the loop thread when the descriptor is readable
+/// (`addReader`) or writable (`addWriter`). Registered level-triggered: a handler that leaves data unread is
+/// called again on the next pass.
+public final class LooperFDSource: Sendable {
+    /// Readiness a source waits for.
+    public enum Interest: Sendable {
+        case read
+        case write
+    }
+
+    /// The descriptor; the loop never closes it.
+    public let fileDescriptor: Int32
+    public let interest: Interest
+    public let label: LooperLabel
+    let handler: @Sendable () -> Void
+    private let cancelled = Atomic<Bool>(false)
+    private weak let loop: Looper?
+
+    init(fileDescriptor: Int32, interest: Interest, label: LooperLabel, loop: Looper,
+         handler: @escaping @Sendable () -> Void) {
+        self.fileDescriptor = fileDescriptor
+        self.interest = interest
+        self.label = label
+        self.loop = loop
+        self.handler = handler
+    }
+
+    /// Unregisters the source. Call it before closing the descriptor. Safe from any thread.
+    public func cancel() {
+        guard !cancelled.exchange(true, ordering: .relaxed) else { return }
+        loop?.removeFDSource(self)
+    }
+
+    public var isValid: Bool { !cancelled.load(ordering: .relaxed) }
+}
+
+/// A manually signalled source (CFRunLoop's "source0"): `signal()` from any thread makes its handler run once on
+/// the loop thread during the next `beforeSources` phase. Several signals before it runs coalesce into one call.
+public final class LooperCustomSource: Sendable {
+    public let label: LooperLabel
+    let handler: @Sendable () -> Void
+    private let pending = Atomic<Bool>(false)
+    private let cancelled = Atomic<Bool>(false)
+    private weak let loop: Looper?
+
+    init(label: LooperLabel, loop: Looper, handler: @escaping @Sendable () -> Void) {
+        self.label = label
+        self.loop = loop
+        self.handler = handler
+    }
+
+    /// Marks the source ready and wakes the loop. Safe from any thread (not from a signal handler).
+    public func signal() {
+        guard isValid else { return }
+        pending.store(true, ordering: .releasing)
+        loop?.customSourceSignalled()
+    }
+
+    /// Removes the source; a pending signal is dropped. Safe from any thread.
+    public func cancel() {
+        guard !cancelled.exchange(true, ordering: .relaxed) else { return }
+        loop?.removeCustomSource(self)
+    }
+
+    public var isValid: Bool { !cancelled.load(ordering: .relaxed) }
+
+    func takePending() -> Bool {
+        pending.exchange(false, ordering: .acquiring)
+    }
+}
+
+/// Identifies an observer registration; pass it to `Looper.removeObserver(_:)`.
+public struct LooperObserverToken: Hashable, Sendable {
+    let id: UInt64
+}
+
+/// One observer registration. The callback answers false when its owner is gone.
+final class ObserverEntry: Sendable {
+    let id: UInt64
+    let activities: LooperActivity
+    let order: Int
+    let oneShot: Bool
+    let callback: @Sendable (LooperActivity, MonotonicInstant) -> Bool
+    let removed = Atomic<Bool>(false)
+
+    init(id: UInt64, activities: LooperActivity, order: Int, oneShot: Bool,
+         callback: @escaping @Sendable (LooperActivity, MonotonicInstant) -> Bool) {
+        self.id = id
+        self.activities = activities
+        self.order = order
+        self.oneShot = oneShot
+        self.callback = callback
+    }
+}
