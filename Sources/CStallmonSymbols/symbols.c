@@ -3,6 +3,7 @@
 #endif
 #include "CStallmonSymbols.h"
 
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,38 @@ int cstallmon_symbolizer_refresh(cstallmon_symbolizer *symbolizer) {
     return rc == 0 ? 0 : -1;
 }
 
+// Swift's toolchain emits no .debug_aranges, and libdw 0.188 does not infer them, so dwfl_module_getsrc finds no
+// compile unit for Swift code. Walk the CUs' own address ranges instead and ask the matching one for the line.
+static void find_line_by_cu_ranges(Dwfl_Module *module, Dwarf_Addr address, cstallmon_symbol *out) {
+    Dwarf_Addr bias = 0;
+    Dwarf_Die *cu = NULL;
+    while ((cu = dwfl_module_nextcu(module, cu, &bias)) != NULL) {
+        const Dwarf_Addr relative = address - bias;
+        Dwarf_Addr base = 0, start = 0, end = 0;
+        ptrdiff_t offset = 0;
+        int inside = 0;
+        while ((offset = dwarf_ranges(cu, offset, &base, &start, &end)) > 0) {
+            if (relative >= start && relative < end) {
+                inside = 1;
+                break;
+            }
+        }
+        if (!inside) continue;
+        Dwarf_Line *line = dwarf_getsrc_die(cu, relative);
+        if (!line) return;
+        int line_number = 0, column = 0;
+        const char *file = dwarf_linesrc(line, NULL, NULL);
+        dwarf_lineno(line, &line_number);
+        dwarf_linecol(line, &column);
+        if (file && line_number > 0) {
+            out->source_file = file;
+            out->line = line_number;
+            out->column = column;
+        }
+        return;
+    }
+}
+
 int cstallmon_symbolize(cstallmon_symbolizer *symbolizer, uintptr_t address, cstallmon_symbol *out) {
     memset(out, 0, sizeof *out);
     Dwfl_Module *module = dwfl_addrmodule(symbolizer->dwfl, (Dwarf_Addr)address);
@@ -88,8 +121,10 @@ int cstallmon_symbolize(cstallmon_symbolizer *symbolizer, uintptr_t address, cst
             out->source_file = file;
             out->line = line_number;
             out->column = column;
+            return 1;
         }
     }
+    find_line_by_cu_ranges(module, (Dwarf_Addr)address, out);
     return 1;
 }
 

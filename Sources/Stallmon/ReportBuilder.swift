@@ -49,9 +49,11 @@ struct ReportBuilder {
                 }
             }
             if let top {
-                let key = top.symbol
                 let order = topCounts.count
-                topCounts[key, default: (0, order, top)].count += 1
+                var entry = topCounts[top.symbol, default: (0, order, top)]
+                entry.count += 1
+                if entry.summary.line == nil && top.line != nil { entry.summary = top }  // prefer one with file:line
+                topCounts[top.symbol] = entry
             }
             if sample.status == .ok { pauses.append(sample.pauseNanoseconds) }
             let offset = sample.capturedAt > snapshot.since ? sample.capturedAt - snapshot.since : 0

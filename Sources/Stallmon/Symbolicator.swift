@@ -154,7 +154,8 @@ final class Symbolicator {
     static let ownModules = ["StallmonLoop", "Stallmon"]
     /// Stallmon's own code and compiler glue, which is never where the user's work is.
     static let ownPrefixes = ["StallmonLoop.", "Stallmon.", "(extension in Stallmon)", "(extension in StallmonLoop)",
-                              "cstallmon_", "partial apply for ", "reabstraction thunk", "thunk for "]
+                              "cstallmon_", "partial apply for ", "reabstraction thunk", "thunk for ",
+                              "protocol witness for ", "_start", "__libc_start"]
     static let systemLibraryPrefixes = ["libc.so", "libc-", "libm.so", "libpthread", "ld-linux", "linux-vdso",
                                         "libswift", "libFoundation", "lib_Foundation", "libdispatch",
                                         "libBlocksRuntime", "libstdc++", "libgcc_s", "libunwind", "libdw", "libelf",

@@ -1,0 +1,160 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Stallmon
+import StallmonLoop
+import Synchronization
+
+/// `stallmon demo`: a sample service on a monitored loop that stalls for real, writing real reports.
+struct DemoCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "demo",
+        abstract: "Run a sample service with real stalls and write their reports.",
+        discussion: """
+            The service runs on a monitored Looper: a heartbeat timer, a TCP echo server on 127.0.0.1 with a \
+            client thread pinging it, and work posted from another thread. Every 1.5 s it stalls its loop in a \
+            named function: CPU-bound work (crunchPrimes), a blocking sleep (sleepOnTheLoop), a blocking read \
+            (readFromSlowPeer), a lock held by another thread (waitForContendedLock), and a large JSON encode \
+            (encodeLargeJSON). Prints where the reports and the event log are, then a summary.
+
+            Follow it live from another terminal with `stallmon tail --follow DIR/events.jsonl`.
+            """)
+
+    @Option(help: "How long to run, in seconds.")
+    var seconds: Double = 10
+
+    @Option(help: "Where to write reports and the event log.")
+    var reportDir: String = "./stallmon-demo"
+
+    @Option(help: "Stall threshold in milliseconds.")
+    var thresholdMs: Double = 100
+
+    @OptionGroup var config: ConfigOptions
+
+    func validate() throws {
+        guard seconds > 0, seconds <= 3600 else { throw ValidationError("--seconds must be in (0, 3600]") }
+        guard thresholdMs > 0 else { throw ValidationError("--threshold-ms must be greater than 0 (got \(thresholdMs))") }
+    }
+
+    func run() throws {
+        var configuration = try config.load()
+        configuration.reportDirectory = reportDir
+        configuration.eventLogPath = nil
+        configuration.threshold = .nanoseconds(Int64(thresholdMs * 1_000_000))
+        if configuration.sampleInterval >= configuration.threshold {
+            configuration.sampleInterval = configuration.threshold / 4
+        }
+        if configuration.interimAfter <= configuration.threshold {
+            configuration.interimAfter = configuration.threshold * 4
+        }
+        do {
+            try configuration.validate()
+        } catch {
+            throw ValidationError(error.description)
+        }
+
+        var logger = Logger(label: "stallmon.demo")
+        logger.logLevel = .notice
+        let loop = try Looper(name: "demo-main")
+        let monitor: StallMonitor
+        do {
+            monitor = try StallMonitor(loop: loop, configuration: configuration, logger: logger)
+        } catch {
+            warn(error.description)
+            throw ExitCode(1)
+        }
+        let service = try DemoService(loop: loop, stallEvery: .milliseconds(1500),
+                                      stallLength: max(Int(thresholdMs * 2.5), 150))
+        print("stallmon demo: running for \(seconds) s on loop \"\(loop.name)\" (threshold \(ms(thresholdMs)))")
+        print("  reports:   \(configuration.reportDirectory)/stall-*.json")
+        print("  event log: \(configuration.resolvedEventLogPath)   (stallmon tail --follow \(configuration.resolvedEventLogPath))")
+        print("  echo server on 127.0.0.1:\(service.port)")
+        monitor.start()
+        service.start()
+        loop.run(for: .nanoseconds(Int64(seconds * 1e9)))
+        service.stop()
+        monitor.stop()
+
+        let statistics = monitor.statistics
+        print("")
+        print("Service: \(service.heartbeats.load(ordering: .relaxed)) heartbeats, "
+            + "\(service.postedBlocks.load(ordering: .relaxed)) posted blocks, "
+            + "\(service.client.roundTrips.load(ordering: .relaxed)) echo round trips "
+            + "(worst \(ms(Double(service.client.worstRoundTripMicroseconds.load(ordering: .relaxed)) / 1000))), "
+            + "\(service.stallsInjected.load(ordering: .relaxed)) stalls injected")
+        print("Monitor: \(statistics.stallsDetected) stalls detected, \(statistics.reportsWritten) reports written, "
+            + "\(statistics.reportsDropped) dropped, \(statistics.samplesCaptured) stack samples")
+        print("")
+        let scan = try ReportReader.scan(directory: configuration.reportDirectory)
+        let ours = scan.reports.filter { $0.report.process.pid == getpid() }
+        for (path, report) in ours {
+            let top = report.topFrame?.displayName ?? StallSummary.noInAppFrame
+            print("  \(ms(report.durationMs).padding(toLength: 9, withPad: " ", startingAt: 0)) \(top)")
+            print("            \(path)")
+        }
+        print("\nNext: stallmon report \(configuration.reportDirectory)   |   stallmon show <report>")
+        if statistics.stallsDetected == 0 { throw ExitCode(1) }
+    }
+}
+
+/// The sample service.
+final class DemoService: Sendable {
+    let loop: Looper
+    let echo: EchoServer
+    let client = EchoClient()
+    let heartbeats = Atomic<Int>(0)
+    let postedBlocks = Atomic<Int>(0)
+    let stallsInjected = Atomic<Int>(0)
+    private let producerStopping = Atomic<Bool>(false)
+    private let timers = Mutex<[LooperTimer]>([])
+    private let lock = ContendedLock()
+    private let stallEvery: Duration
+    private let stallLength: Int
+
+    var port: UInt16 { echo.port }
+
+    init(loop: Looper, stallEvery: Duration, stallLength: Int) throws {
+        self.loop = loop
+        self.stallEvery = stallEvery
+        self.stallLength = stallLength
+        echo = try EchoServer(loop: loop)
+    }
+
+    func start() {
+        let heartbeat = loop.schedule(every: .milliseconds(50), tolerance: .milliseconds(5), label: "heartbeat") {
+            [self] in
+            heartbeats.wrappingAdd(1, ordering: .relaxed)
+        }
+        let injector = loop.schedule(every: stallEvery, initialDelay: .milliseconds(500), label: "stall.injector") {
+            [self] in injectNextStall()
+        }
+        timers.withLock { $0 = [heartbeat, injector] }
+        client.start(port: echo.port)
+        Thread.detachNewThread { [self] in
+            while !producerStopping.load(ordering: .relaxed) {
+                loop.perform(label: "work.posted") { [self] in
+                    postedBlocks.wrappingAdd(1, ordering: .relaxed)
+                }
+                usleep(20_000)
+            }
+        }
+    }
+
+    func stop() {
+        producerStopping.store(true, ordering: .relaxed)
+        for timer in timers.withLock({ $0 }) { timer.cancel() }
+        client.stop()
+        echo.shutdown()
+    }
+
+    private func injectNextStall() {
+        let index = stallsInjected.wrappingAdd(1, ordering: .relaxed).oldValue
+        switch index % 5 {
+        case 0: _ = DemoStalls.crunchPrimes(milliseconds: stallLength)
+        case 1: DemoStalls.sleepOnTheLoop(milliseconds: stallLength)
+        case 2: _ = DemoStalls.readFromSlowPeer(milliseconds: stallLength)
+        case 3: DemoStalls.waitForContendedLock(lock, milliseconds: stallLength)
+        default: _ = DemoStalls.encodeLargeJSON(milliseconds: stallLength)
+        }
+    }
+}

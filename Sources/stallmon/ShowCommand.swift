@@ -1,0 +1,98 @@
+import ArgumentParser
+import Foundation
+import Stallmon
+
+/// `stallmon show REPORT`: one stall with a readable stack.
+struct ShowCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "show",
+        abstract: "Print one stall report with its most common stack.",
+        discussion: """
+            Text output names the loop, thread, duration, what the loop was running, and the stack shared by most \
+            samples, innermost frame first; frames of your own code are marked with '>'. With --format json, \
+            prints the report itself (schema stallmon.report/1).
+
+            Exit status: 0 when every named report was shown, 1 otherwise.
+            """)
+
+    @Argument(help: "Report file(s).")
+    var reports: [String]
+
+    @Option(help: "Output format: text or json.")
+    var format: OutputFormat = .text
+
+    func validate() throws {
+        guard !reports.isEmpty else { throw ValidationError("name at least one report file") }
+    }
+
+    func run() throws {
+        var failures = 0
+        for (index, path) in reports.enumerated() {
+            do {
+                let report = try ReportReader.read(path)
+                switch format {
+                case .json:
+                    let encoder = JSONEncoder()
+                    encoder.outputFormatting = [.prettyPrinted, .withoutEscapingSlashes]
+                    print(String(decoding: try encoder.encode(report), as: UTF8.self))
+                case .text:
+                    if index > 0 { print("") }
+                    print(ReportText.render(report, path: path), terminator: "")
+                }
+            } catch let error as ReportReadError {
+                warn(error.description)
+                failures += 1
+            }
+        }
+        if failures > 0 { throw ExitCode(1) }
+    }
+}
+
+/// The human form of one report.
+enum ReportText {
+    static func render(_ report: StallReport, path: String) -> String {
+        var out = "Stall \(report.id)\(report.ongoing ? "  [ONGOING when written]" : "")\n"
+        out += "  file:     \(path)\n"
+        out += "  loop:     \(report.loop)  thread \(report.thread.tid) \"\(report.thread.name)\"  "
+            + "pid \(report.process.pid) on \(report.process.hostname)\n"
+        out += "  started:  \(report.start.wall)\n"
+        out += "  lasted:   \(ms(report.durationMs)) (threshold \(ms(report.thresholdMs)); "
+            + "\(report.durationSource == "loop" ? "measured by the loop" : "estimated by the watchdog"))\n"
+        if !report.label.isEmpty { out += "  running:  \(report.label)\n" }
+        if let top = report.topFrame { out += "  top:      \(top.displayName)\n" }
+        let captures = report.captures
+        out += "  samples:  \(captures.attempted) taken, \(captures.succeeded) with a stack"
+        if captures.timedOut > 0 { out += ", \(captures.timedOut) timed out" }
+        if let median = captures.pauseMedianUs { out += "; loop paused \(String(format: "%.1f", median)) µs median" }
+        out += "\n"
+
+        guard let (stack, count) = mostCommonStack(report) else { return out + "\n  (no stack captured)\n" }
+        out += "\nStack shared by \(count) of \(report.samples.count) samples, innermost first:\n"
+        for (depth, index) in stack.enumerated() {
+            guard index < report.frames.count else { continue }
+            let frame = report.frames[index]
+            var name = frame.symbol ?? "???"
+            if let offset = frame.symbolOffset { name += " + \(offset)" }
+            var line = "\(frame.inApp ? ">" : " ") #\(depth) \(frame.address)  \(name)"
+            if let file = frame.file, let number = frame.line {
+                line += "  at \(file.split(separator: "/").last.map(String.init) ?? file):\(number)"
+            }
+            let module = frame.module.map { $0.split(separator: "/").last.map(String.init) ?? $0 } ?? "?"
+            line += "  [\(module)\(frame.offset.map { "+" + $0 } ?? "")]"
+            out += line + "\n"
+        }
+        return out
+    }
+
+    /// The frame-index list most samples share exactly, and how many share it.
+    static func mostCommonStack(_ report: StallReport) -> ([Int], Int)? {
+        var counts: [[Int]: Int] = [:]
+        var order: [[Int]] = []
+        for sample in report.samples where !sample.frames.isEmpty {
+            if counts[sample.frames] == nil { order.append(sample.frames) }
+            counts[sample.frames, default: 0] += 1
+        }
+        guard let best = order.max(by: { counts[$0]! < counts[$1]! }) else { return nil }
+        return (best, counts[best]!)
+    }
+}
