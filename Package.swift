@@ -66,7 +66,7 @@ let package = Package(
             dependencies: [
                 "Stallmon", "StallmonLoop", "CStallmonCapture",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "StallmonCLITests", dependencies: ["Stallmon"]),

@@ -1,4 +1,7 @@
 import Foundation
+import InMemoryLogging
+import Logging
+import Synchronization
 import Testing
 import StallmonLoop
 @testable import Stallmon
@@ -30,4 +33,178 @@ struct StallMonitorTests {
         #expect(monitor.statistics.reportsWritten == 1)
         print(String(data: try JSONEncoder().encode(report.topFrame), encoding: .utf8)!, report.captures)
     }
+}
+
+@Suite(.serialized)
+struct StallMonitorBehaviourTests {
+    @Test func aLoopIdleInEpollForSecondsProducesNoReport() throws {
+        let directory = makeTemporaryDirectory()
+        let loop = try Looper(name: "idle")
+        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                         reportDirectory: directory))
+        monitor.start()
+        loop.schedule(every: .milliseconds(400), label: "rare") {}
+        loop.run(for: .milliseconds(1500))
+        monitor.stop()
+        #expect(readReports(directory).isEmpty)
+        #expect(monitor.statistics.stallsDetected == 0)
+    }
+
+    @Test func blocksQueuedTogetherRunInOnePassAndStallAsOne() throws {
+        let directory = makeTemporaryDirectory()
+        let loop = try Looper(name: "burst")
+        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
+                                                                         reportDirectory: directory))
+        monitor.start()
+        for _ in 0..<4 { loop.perform(label: "burst") { _ = stallmonTestBusySpin(milliseconds: 40) } }
+        loop.run(for: .milliseconds(500))
+        monitor.stop()
+        let reports = readReports(directory)
+        #expect(reports.count == 1)
+        #expect((reports.first?.durationMs ?? 0) >= 155, "the loop serviced nothing else for 4 × 40 ms")
+    }
+
+    @Test func manyIterationsJustUnderTheThresholdProduceNone() throws {
+        let directory = makeTemporaryDirectory()
+        let loop = try Looper(name: "almost")
+        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
+                                                                         reportDirectory: directory))
+        monitor.start()
+        postChainedSpins(loop, count: 12, milliseconds: 70, label: "almost")
+        loop.run(for: .milliseconds(1200))
+        monitor.stop()
+        #expect(monitor.statistics.stallsDetected == 0)
+        #expect(readReports(directory).isEmpty)
+    }
+
+    @Test func aLongStallGetsAnInterimReportReplacedByTheFinalOne() throws {
+        let directory = makeTemporaryDirectory()
+        let loop = try Looper(name: "long")
+        let monitor = try StallMonitor(loop: loop, configuration: .init(
+            threshold: .milliseconds(50), interimAfter: .milliseconds(250), reportDirectory: directory))
+        monitor.start()
+        let seenOngoing = Mutex<StallReport?>(nil)
+        loop.perform(label: "long") {
+            let end = MonotonicInstant.now().advanced(by: .milliseconds(900))
+            while MonotonicInstant.now() < end {
+                _ = stallmonTestBusySpin(milliseconds: 20)
+                if seenOngoing.withLock({ $0 }) == nil, let report = readReports(directory).first(where: \.ongoing) {
+                    seenOngoing.withLock { $0 = report }
+                }
+            }
+        }
+        loop.run(for: .milliseconds(1200))
+        monitor.stop()
+        let interim = try #require(seenOngoing.withLock { $0 }, "an ongoing report existed during the stall")
+        #expect(interim.durationSource == "watchdog")
+        let reports = readReports(directory)
+        #expect(reports.count == 1, "the final report replaced the interim one")
+        let final = try #require(reports.first)
+        #expect(final.id == interim.id)
+        #expect(!final.ongoing)
+        #expect(final.durationMs >= 880 && final.durationMs < 1100, "\(final.durationMs)")
+        #expect(monitor.statistics.interimReportsWritten == 1)
+    }
+
+    @Test func reportFilesAreAtomicAndPrivate() throws {
+        let root = makeTemporaryDirectory()
+        let directory = root + "/nested/reports"
+        let loop = try Looper(name: "files")
+        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                         reportDirectory: directory))
+        monitor.start()
+        postChainedSpins(loop, count: 3, milliseconds: 90)
+        loop.run(for: .milliseconds(800))
+        monitor.stop()
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory)
+        #expect(!names.contains { $0.hasPrefix(".tmp") }, "no temporary files left: \(names)")
+        #expect(names.filter { $0.hasPrefix("stall-") }.count == 3, "\(names)")
+        var info = stat()
+        stat(directory, &info)
+        #expect(info.st_mode & 0o777 == 0o700)
+        for name in names {
+            stat(directory + "/" + name, &info)
+            #expect(info.st_mode & 0o777 == 0o600, "\(name)")
+            if name.hasPrefix("stall-") { _ = try ReportReader.read(directory + "/" + name) }
+        }
+        let log = try String(contentsOfFile: directory + "/events.jsonl", encoding: .utf8)
+        let events = log.split(separator: "\n").map { try! JSONDecoder().decode(StallEvent.self, from: Data($0.utf8)) }
+        #expect(events.filter { $0.event == "stall.begin" }.count == 3)
+        let ends = events.filter { $0.event == "stall.end" }
+        #expect(ends.count == 3)
+        for end in ends {
+            #expect(FileManager.default.fileExists(atPath: end.report ?? ""))
+            #expect(end.topFrame?.contains("stallmonTestBusySpin") == true)
+        }
+    }
+
+    @Test func anUnwritableReportDirectoryCountsDropsAndTheLoopKeepsRunning() throws {
+        let root = makeTemporaryDirectory()
+        let blocker = root + "/not-a-directory"
+        _ = FileManager.default.createFile(atPath: blocker, contents: Data("x".utf8))
+        let loop = try Looper(name: "unwritable")
+        let logs = InMemoryLogHandler()
+        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                         reportDirectory: blocker + "/reports"),
+                                       logger: Logger(label: "test") { _ in logs })
+        monitor.start()
+        let ticks = Atomic<Int>(0)
+        loop.schedule(every: .milliseconds(10)) { ticks.wrappingAdd(1, ordering: .relaxed) }
+        postChainedSpins(loop, count: 2, milliseconds: 80)
+        loop.run(for: .milliseconds(700))
+        monitor.stop()
+        #expect(monitor.statistics.stallsDetected == 2)
+        #expect(monitor.statistics.reportsDropped == 2)
+        #expect(monitor.statistics.reportsWritten == 0)
+        #expect(ticks.load(ordering: .relaxed) > 20, "the loop kept running")
+        let errors = logs.entries.filter { $0.level == .error }
+        #expect(errors.count == 1, "one error for the failing state, not one per report: \(errors)")
+        #expect(errors.first?.metadata["directory"] == "\(blocker)/reports")
+    }
+
+    @Test func twoLoopsAreMonitoredAtOnceEachWithItsOwnThread() throws {
+        let directory = makeTemporaryDirectory()
+        let first = try Looper(name: "first")
+        let second = try Looper(name: "second")
+        let monitors = try [first, second].map {
+            try StallMonitor(loop: $0, configuration: .init(threshold: .milliseconds(60), reportDirectory: directory))
+        }
+        monitors.forEach { $0.start() }
+        first.perform(label: "first.work") { _ = stallmonTestBusySpin(milliseconds: 200) }
+        second.perform(label: "second.work") { stallmonTestSleep(milliseconds: 200) }
+        let other = runOnThread(second, for: .milliseconds(600))
+        first.run(for: .milliseconds(600))
+        _ = eventually { !second.isRunning }
+        _ = other
+        monitors.forEach { $0.stop() }
+        let reports = readReports(directory)
+        #expect(reports.count == 2)
+        let byLoop = Dictionary(uniqueKeysWithValues: reports.map { ($0.loop, $0) })
+        #expect(byLoop["first"]?.topFrame?.symbol.contains("stallmonTestBusySpin") == true)
+        #expect(byLoop["second"]?.topFrame?.symbol.contains("stallmonTestSleep") == true)
+        #expect(byLoop["first"]?.label == "first.work")
+        #expect(byLoop["first"]?.thread.tid != byLoop["second"]?.thread.tid)
+    }
+
+    @Test func stoppingMidStallLeavesAnOngoingReport() throws {
+        let directory = makeTemporaryDirectory()
+        let loop = try Looper(name: "stopped")
+        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                         reportDirectory: directory))
+        monitor.start()
+        loop.perform {
+            _ = stallmonTestBusySpin(milliseconds: 150)
+            monitor.stop()  // from inside the stall, as a shutdown path would
+            _ = stallmonTestBusySpin(milliseconds: 50)
+        }
+        loop.run(for: .milliseconds(400))
+        let reports = readReports(directory)
+        #expect(reports.count == 1)
+        #expect(reports.first?.ongoing == true)
+    }
+}
+
+@inline(never)
+func stallmonTestSleep(milliseconds: Int) {
+    usleep(UInt32(milliseconds) * 1000)
 }

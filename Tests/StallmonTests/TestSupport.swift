@@ -52,3 +52,13 @@ func eventually(timeout: Duration = .seconds(5), _ condition: () -> Bool) -> Boo
     }
     return condition()
 }
+
+/// Runs `count` busy spins of `milliseconds` each on `loop`, one per loop pass: each block posts the next, so the
+/// loop returns to epoll between them. (Blocks queued together run in one pass, which is one long iteration.)
+func postChainedSpins(_ loop: Looper, count: Int, milliseconds: Int, label: LooperLabel = "chained") {
+    guard count > 0 else { return }
+    loop.perform(label: label) {
+        _ = stallmonTestBusySpin(milliseconds: milliseconds)
+        postChainedSpins(loop, count: count - 1, milliseconds: milliseconds, label: label)
+    }
+}

@@ -1,0 +1,84 @@
+import Foundation
+import Testing
+@testable import Stallmon
+
+struct ConfigurationTests {
+    @Test func defaultsAreValid() throws {
+        try StallMonitorConfiguration().validate()
+    }
+
+    @Test func theShippedSampleConfigParsesToTheDefaults() throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent(
+            "../../config/stallmon.conf").standardized.path
+        let loaded = try StallMonitorConfiguration.load(file: path, environment: [:])
+        var expected = StallMonitorConfiguration()
+        expected.reportDirectory = "./stallmon-reports"
+        #expect(loaded == expected)
+        let documented = try String(contentsOfFile: path, encoding: .utf8)
+        for key in StallMonitorConfiguration.keys {
+            #expect(documented.contains("\n\(key) ="), "config/stallmon.conf documents \(key)")
+        }
+    }
+
+    @Test(arguments: [
+        ("threshold_ms = 0", "threshold_ms"),
+        ("threshold_ms = -5", "threshold_ms"),
+        ("sample_interval_ms = 100", "sample_interval_ms"),
+        ("signal = SIGUSR1", "SIGUSR1"),
+        ("signal = SIGRTMIN+99", "SIGRTMIN+99"),
+        ("max_frames = 1000", "max_frames"),
+        ("threshold_ms = fast", "fast"),
+        ("treshold_ms = 100", "unknown config key `treshold_ms`"),
+        ("threshold_ms 100", "expected `key = value`"),
+    ])
+    func badValuesAreRejectedNamingThem(line: String, mentioned: String) throws {
+        let directory = makeTemporaryDirectory()
+        let path = directory + "/bad.conf"
+        try "# comment\n\(line)\n".write(toFile: path, atomically: true, encoding: .utf8)
+        do {
+            _ = try StallMonitorConfiguration.load(file: path, environment: [:])
+            Issue.record("accepted \(line)")
+        } catch {
+            #expect(error.description.contains(mentioned), "\(error.description)")
+            if !line.hasPrefix("sample") && !line.hasPrefix("max_frames") && !line.contains("SIGRTMIN+99")
+                && !line.hasPrefix("threshold_ms = 0") && !line.hasPrefix("threshold_ms = -")
+            {
+                #expect(error.description.contains("bad.conf:2"), "names the line: \(error.description)")
+            }
+        }
+    }
+
+    @Test func environmentOverridesTheFile() throws {
+        let directory = makeTemporaryDirectory()
+        let path = directory + "/ok.conf"
+        try "threshold_ms = 250\nreport_dir = /var/lib/x\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let loaded = try StallMonitorConfiguration.load(
+            file: path, environment: ["STALLMON_THRESHOLD_MS": "40", "STALLMON_SAMPLE_INTERVAL_MS": "5", "PATH": "/bin"])
+        #expect(loaded.threshold == .milliseconds(40))
+        #expect(loaded.sampleInterval == .milliseconds(5))
+        #expect(loaded.reportDirectory == "/var/lib/x")
+        #expect(loaded.resolvedEventLogPath == "/var/lib/x/events.jsonl")
+    }
+
+    @Test func unknownEnvironmentVariablesAreRejected() {
+        #expect(throws: ConfigurationError.self) {
+            _ = try StallMonitorConfiguration.load(file: nil, environment: ["STALLMON_THRESHOLD": "40"])
+        }
+    }
+
+    @Test func signalsParse() throws {
+        #expect(try SamplingSignal(parsing: "SIGRTMIN+5") == SamplingSignal(offsetFromRTMin: 5))
+        #expect(try SamplingSignal(parsing: "sigrtmin") == SamplingSignal(offsetFromRTMin: 0))
+        let number = try SamplingSignal(parsing: "SIGRTMIN+2").resolve()
+        #expect(try SamplingSignal(parsing: String(number)) == SamplingSignal(offsetFromRTMin: 2))
+    }
+
+    @Test func theMonitorRefusesAnInvalidConfiguration() throws {
+        let loop = try Looper(name: "x")
+        #expect(throws: StallMonitorError.self) {
+            _ = try StallMonitor(loop: loop, configuration: .init(threshold: .zero))
+        }
+    }
+}
+
+import StallmonLoop

@@ -1,0 +1,127 @@
+import CStallmonCapture
+import Foundation
+import Synchronization
+import Testing
+import StallmonLoop
+@testable import Stallmon
+
+/// A thread that blocks the sampling signal until told to unblock it, then parks until told to exit.
+private final class ParkedThread: @unchecked Sendable {
+    let tid = Atomic<Int32>(0)
+    let unblock = DispatchSemaphore(value: 0)
+    let exit = DispatchSemaphore(value: 0)
+    let exited = DispatchSemaphore(value: 0)
+
+    init(blocking signalNumber: Int32) {
+        Thread.detachNewThread { [self] in
+            var set = sigset_t()
+            sigemptyset(&set)
+            sigaddset(&set, signalNumber)
+            pthread_sigmask(SIG_BLOCK, &set, nil)
+            tid.store(cstallmon_gettid(), ordering: .releasing)
+            unblock.wait()
+            pthread_sigmask(SIG_UNBLOCK, &set, nil)  // the pending signal is delivered here
+            self.exit.wait()
+            exited.signal()
+        }
+        while tid.load(ordering: .acquiring) == 0 { usleep(1000) }
+    }
+}
+
+@Suite(.serialized)
+struct StackCaptureTests {
+    static func installDefaultSignal() throws -> Int32 {
+        let number = try SamplingSignal.default.resolve()
+        var message = [CChar](repeating: 0, count: 256)
+        #expect(cstallmon_install(number, &message, message.count) == 0)
+        return number
+    }
+
+    @Test func aSignalWithAForeignHandlerIsRefusedAndNamed() throws {
+        _ = try Self.installDefaultSignal()
+        defer { cstallmon_release() }
+        let foreign = SamplingSignal(offsetFromRTMin: 6)
+        let number = try foreign.resolve()
+        signal(number) { _ in }
+        defer { signal(number, SIG_DFL) }
+        let loop = try Looper(name: "refuse")
+        do {
+            _ = try StallMonitor(loop: loop, configuration: .init(signal: foreign))
+            Issue.record("took a signal owned by another handler")
+        } catch {
+            #expect(error.description.contains("SIGRTMIN+"), "\(error.description)")
+        }
+    }
+
+    @Test func aSecondSamplingSignalInTheSameProcessIsRefused() throws {
+        _ = try Self.installDefaultSignal()
+        defer { cstallmon_release() }
+        let loop = try Looper(name: "other-signal")
+        do {
+            _ = try StallMonitor(loop: loop, configuration: .init(signal: SamplingSignal(offsetFromRTMin: 7)))
+            Issue.record("installed a second signal")
+        } catch {
+            #expect(error.description.contains("already samples with SIGRTMIN+3"), "\(error.description)")
+        }
+    }
+
+    @Test func aThreadBlockingTheSignalTimesOutAndIsNotSignalledAgainUntilItsHandlerRan() throws {
+        let number = try Self.installDefaultSignal()
+        defer { cstallmon_release() }
+        let parked = ParkedThread(blocking: number)
+        let slot = cstallmon_slot_acquire(parked.tid.load(ordering: .acquiring))
+        #expect(slot >= 0)
+        #expect(cstallmon_thread_blocks_signal(parked.tid.load(ordering: .acquiring), number) == 1)
+        let capturer = StackCapturer(slot: slot, maxFrames: 64, timeout: .milliseconds(20))
+
+        let first = capturer.capture(labelID: 0)
+        #expect(first.status == .timedOut)
+        let second = capturer.capture(labelID: 0)
+        #expect(second.status == .pending, "must not re-signal while the first signal may still be handled")
+
+        parked.unblock.signal()  // the late handler runs and drains the slot
+        #expect(eventually { capturer.capture(labelID: 0).status == .ok })
+        let third = capturer.capture(labelID: 0)
+        #expect(third.status == .ok)
+        #expect(!third.frames.isEmpty)
+        #expect(third.pauseNanoseconds > 0)
+        parked.exit.signal()
+        parked.exited.wait()
+        cstallmon_slot_release(slot)
+    }
+
+    @Test func aThreadThatExitedIsReportedAsGone() throws {
+        _ = try Self.installDefaultSignal()
+        defer { cstallmon_release() }
+        let tid = Atomic<Int32>(0)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            tid.store(cstallmon_gettid(), ordering: .releasing)
+            done.signal()
+        }
+        done.wait()
+        let slot = cstallmon_slot_acquire(tid.load(ordering: .acquiring))
+        let capturer = StackCapturer(slot: slot, maxFrames: 64, timeout: .milliseconds(50))
+        #expect(eventually { capturer.capture(labelID: 0).status == .signalFailed })
+        cstallmon_slot_release(slot)
+    }
+
+    @Test func framesStartAtTheInterruptedFunctionWithoutHandlerFrames() throws {
+        let directory = makeTemporaryDirectory()
+        let loop = try Looper(name: "frames")
+        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(60),
+                                                                         reportDirectory: directory))
+        monitor.start()
+        loop.perform(label: "spin") { _ = stallmonTestBusySpin(milliseconds: 200) }
+        loop.run(for: .milliseconds(400))
+        monitor.stop()
+        let report = try #require(readReports(directory).first)
+        for sample in report.samples where sample.status == .ok {
+            let names = sample.frames.compactMap { report.frames[$0].symbol }
+            #expect(!names.contains { $0.contains("sampling_handler") || $0.contains("__restore_rt") },
+                    "handler or trampoline frames leaked: \(names.prefix(4))")
+            let spinDepth = try #require(names.firstIndex { $0.contains("stallmonTestBusySpin") })
+            #expect(spinDepth <= 3, "the spinning function is at the top of the stack: \(names.prefix(5))")
+        }
+    }
+}
