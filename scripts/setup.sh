@@ -2,10 +2,11 @@
 # Installs the system packages stallmon needs when they are missing (Debian/Ubuntu), then checks the toolchain.
 #   libunwind-dev  the stack capture in the signal handler
 #   libdw-dev      symbol names and file:line from ELF/DWARF (elfutils)
+#   zlib1g-dev     gzip request bodies (compress-nio links the system zlib)
 # Safe to run repeatedly: it only calls apt-get when a package is absent.
 set -euo pipefail
 
-packages=(libunwind-dev libdw-dev)
+packages=(libunwind-dev libdw-dev zlib1g-dev)
 missing=()
 for package in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then

@@ -3,5 +3,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+
+# The upload tests decode OTLP payloads with the official opentelemetry-proto package, served to them by a
+# Python receiver on 127.0.0.1.
+if ! python3 -c "import opentelemetry.proto.collector.logs.v1.logs_service_pb2" 2>/dev/null; then
+    echo "test: installing opentelemetry-proto (pip)" >&2
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+        $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-pip >/dev/null
+    fi
+    python3 -m pip install --quiet --disable-pip-version-check opentelemetry-proto 2>/dev/null \
+        || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages opentelemetry-proto
+fi
 swift build --build-tests
 swift test --skip-build "$@"

@@ -25,9 +25,14 @@ final class ReportWriter: Sendable {
     private let thread = Mutex<PosixThread?>(nil)
     private let written: Counter
     private let dropped: Counter
+    private let spool: Spool?
+    private let uploader: Uploader?
 
-    init(configuration: StallMonitorConfiguration, logger: Logger, counters: MonitorCounters, loopName: String) {
+    init(configuration: StallMonitorConfiguration, logger: Logger, counters: MonitorCounters, loopName: String,
+         uploader: Uploader?) {
         self.configuration = configuration
+        spool = configuration.upload.spoolEnabled ? Spool(reportDirectory: configuration.reportDirectory) : nil
+        self.uploader = uploader
         self.logger = logger
         self.counters = counters
         wakeFD = cstallmon_eventfd_create()
@@ -94,6 +99,7 @@ final class ReportWriter: Sendable {
         let eventLog: EventLog
         var builder: ReportBuilder?
         var failing: String?
+        var spoolFailing: String?
         var droppedSinceFailure = 0
         var reportPaths: [String: String] = [:]
 
@@ -170,6 +176,7 @@ final class ReportWriter: Sendable {
             try AtomicFile.createDirectory(configuration.reportDirectory)
             try AtomicFile.write(bytes, to: path)
             state.reportPaths[report.id] = path
+            spoolReport(at: path, state: &state)
             if let reason = state.failing {
                 logger.notice("stallmon: reports are being written again", metadata: [
                     "directory": "\(configuration.reportDirectory)", "dropped": "\(state.droppedSinceFailure)",
@@ -193,6 +200,25 @@ final class ReportWriter: Sendable {
                 log(event, state: &state)
             }
             return nil
+        }
+    }
+
+    /// Queues a written report for upload; failures are logged once per change of state and the report stays on
+    /// disk for `stallmon upload` to pick up later.
+    private func spoolReport(at path: String, state: inout WriterState) {
+        guard let spool else { return }
+        do {
+            try spool.enqueue(reportPath: path)
+            state.spoolFailing = nil
+            uploader?.notify()
+        } catch {
+            let reason = "\(error)"
+            if state.spoolFailing != reason {
+                state.spoolFailing = reason
+                logger.error("stallmon: cannot queue a report for upload", metadata: [
+                    "spool": "\(spool.directory)", "error": "\(reason)",
+                ])
+            }
         }
     }
 

@@ -38,6 +38,8 @@ public final class StallMonitor: Sendable {
     private let counters = MonitorCounters()
     private let writer: ReportWriter
     private let watchdog: Watchdog
+    /// Uploads the spool in the background when `upload_endpoint` is configured.
+    public let uploader: Uploader?
     private let state = Mutex<LifeCycle>(LifeCycle())
     private let signalHeld = Atomic<Bool>(true)
 
@@ -68,11 +70,23 @@ public final class StallMonitor: Sendable {
             let text = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             throw StallMonitorError(description: "cannot take the sampling signal: \(text)")
         }
+        if configuration.upload.endpoint != nil {
+            do {
+                uploader = try Uploader(spool: Spool(reportDirectory: configuration.reportDirectory),
+                                        configuration: configuration.upload, logger: logger)
+            } catch {
+                cstallmon_release()
+                throw StallMonitorError(description: error.description)
+            }
+        } else {
+            uploader = nil
+        }
         self.loop = loop
         self.configuration = configuration
         self.logger = logger
         probe = LoopProbe(thresholdNanoseconds: UInt64(configuration.threshold.nanosecondsClamped))
-        writer = ReportWriter(configuration: configuration, logger: logger, counters: counters, loopName: loop.name)
+        writer = ReportWriter(configuration: configuration, logger: logger, counters: counters, loopName: loop.name,
+                              uploader: uploader)
         watchdog = Watchdog(probe: probe, binding: binding, loop: loop, configuration: configuration,
                             writer: writer, counters: counters, logger: logger)
     }
@@ -108,6 +122,7 @@ public final class StallMonitor: Sendable {
             loop.perform(label: "stallmon.bind") { [binding] in StallMonitor.bindCurrentThread(binding) }
         }
         writer.start()
+        uploader?.start()
         if !watchdog.start() {
             logger.error("stallmon: cannot start the watchdog thread; stalls will not be detected",
                          metadata: ["loop": "\(loop.name)"])
@@ -115,7 +130,8 @@ public final class StallMonitor: Sendable {
     }
 
     /// Stops watching: removes the observers, joins the watchdog (a stall in progress is written as ongoing) and
-    /// the writer (queued reports are written first), and returns the capture slot. Idempotent.
+    /// the writer (queued reports are written first), gives the uploader up to 2 s to send what is pending (the rest
+    /// stays in the spool), and returns the capture slot. Idempotent.
     public func stop() {
         let token: LooperObserverToken?? = state.withLock { state in
             guard !state.stopped else { return nil }
@@ -126,6 +142,7 @@ public final class StallMonitor: Sendable {
         if let token { loop.removeObserver(token) }
         watchdog.stop()
         writer.stop()
+        uploader?.stop(deadline: .seconds(2))  // one last flush of what the writer just spooled
         if let bound = binding.clear() { cstallmon_slot_release(bound.slot) }
         if signalHeld.exchange(false, ordering: .relaxed) { cstallmon_release() }
     }

@@ -5,6 +5,10 @@ extension StallMonitorConfiguration {
     public static let keys = [
         "threshold_ms", "sample_interval_ms", "max_samples", "max_frames", "interim_after_ms", "capture_timeout_ms",
         "signal", "report_dir", "event_log", "event_log_max_bytes", "event_log_max_files",
+        "spool", "upload_endpoint", "upload_format", "upload_token", "upload_token_file", "upload_headers",
+        "service_name", "upload_batch_max_reports", "upload_batch_max_age_ms", "upload_max_body_bytes",
+        "upload_timeout_ms", "upload_backoff_ms", "upload_backoff_max_ms", "upload_retry_after_max_ms",
+        "spool_max_reports", "spool_max_bytes", "spool_max_age_hours",
     ]
 
     /// The environment variable naming a config file to load.
@@ -97,6 +101,37 @@ extension StallMonitorConfiguration {
         case "event_log": eventLogPath = value.isEmpty ? nil : value
         case "event_log_max_bytes": eventLogMaxBytes = try integer()
         case "event_log_max_files": eventLogMaxFiles = try integer()
+        case "spool":
+            switch value.lowercased() {
+            case "on", "true", "yes", "1": upload.spool = true
+            case "off", "false", "no", "0": upload.spool = false
+            case "": upload.spool = nil
+            default: throw .invalid(key: key, value: value, reason: "expected on or off")
+            }
+        case "upload_endpoint": upload.endpoint = value.isEmpty ? nil : value
+        case "upload_format":
+            guard let format = UploadFormat(rawValue: value.lowercased()) else {
+                throw .invalid(key: key, value: value, reason: "expected otlp or ndjson")
+            }
+            upload.format = format
+        case "upload_token": upload.token = value.isEmpty ? nil : value  // never echoed in errors
+        case "upload_token_file": upload.tokenFile = value.isEmpty ? nil : value
+        case "upload_headers": upload.headers = try UploadConfiguration.parseHeaders(value)
+        case "service_name": upload.serviceName = value.isEmpty ? nil : value
+        case "upload_batch_max_reports": upload.batchMaxReports = try integer()
+        case "upload_batch_max_age_ms": upload.batchMaxAge = try milliseconds()
+        case "upload_max_body_bytes": upload.maxBodyBytes = try integer()
+        case "upload_timeout_ms": upload.requestTimeout = try milliseconds()
+        case "upload_backoff_ms": upload.backoffBase = try milliseconds()
+        case "upload_backoff_max_ms": upload.backoffMax = try milliseconds()
+        case "upload_retry_after_max_ms": upload.retryAfterCap = try milliseconds()
+        case "spool_max_reports": upload.spoolMaxReports = try integer()
+        case "spool_max_bytes": upload.spoolMaxBytes = try integer()
+        case "spool_max_age_hours":
+            guard let hours = Double(value), hours > 0 else {
+                throw .invalid(key: key, value: value, reason: "expected a positive number of hours")
+            }
+            upload.spoolMaxAge = .seconds(hours * 3600)
         default: throw ConfigurationError("unknown config key `\(key)`")
         }
     }

@@ -28,6 +28,8 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     public var eventLogMaxBytes: Int
     /// Rotated logs kept besides the live one (`events.jsonl.1` …). Key `event_log_max_files`, default 3.
     public var eventLogMaxFiles: Int
+    /// Spooling and upload of reports (keys `spool`, `upload_*`, `spool_*`, `service_name`); off by default.
+    public var upload = UploadConfiguration()
 
     /// Creates a configuration; values not given take their defaults. Call `validate()` (the monitor does) to
     /// check them.
@@ -99,6 +101,7 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
                            reason: "must be between 0 and 100")
         }
         _ = try signal.resolve()
+        try upload.validate()
     }
 }
 

@@ -184,7 +184,7 @@ public final class Looper: @unchecked Sendable {
                          _ block: @escaping @Sendable () -> Void) -> LooperTimer {
         let timer = LooperTimer(label: label, interval: nil, tolerance: tolerance, loop: self, block: block)
         let fireAt = MonotonicInstant.now().advanced(by: delay).nanoseconds
-        onLoopThread { [self] in insertTimer(TimerEntry(fireAt: fireAt, sequence: 0, timer: timer)) }
+        onLoopThread { [weak self] in self?.insertTimer(TimerEntry(fireAt: fireAt, sequence: 0, timer: timer)) }
         return timer
     }
 
@@ -196,12 +196,12 @@ public final class Looper: @unchecked Sendable {
         precondition(interval > .zero, "a repeating timer needs a positive interval")
         let timer = LooperTimer(label: label, interval: interval, tolerance: tolerance, loop: self, block: block)
         let fireAt = MonotonicInstant.now().advanced(by: initialDelay ?? interval).nanoseconds
-        onLoopThread { [self] in insertTimer(TimerEntry(fireAt: fireAt, sequence: 0, timer: timer)) }
+        onLoopThread { [weak self] in self?.insertTimer(TimerEntry(fireAt: fireAt, sequence: 0, timer: timer)) }
         return timer
     }
 
     func removeTimer(_ timer: LooperTimer) {
-        onLoopThread { [self] in timers.removeAll { $0.timer === timer } }
+        onLoopThread { [weak self] in self?.timers.removeAll { $0.timer === timer } }
     }
 
     private func insertTimer(_ entry: TimerEntry) {
@@ -247,6 +247,7 @@ public final class Looper: @unchecked Sendable {
             }
             timer.block()
         }
+        currentLabelStorage.store(0, ordering: .relaxed)
     }
 
     /// The latest time the loop may sleep until without firing a timer later than its tolerance allows.
@@ -279,8 +280,8 @@ public final class Looper: @unchecked Sendable {
     }
 
     private func addFDSource(_ source: LooperFDSource) -> LooperFDSource {
-        onLoopThread { [self] in
-            guard source.isValid else { return }
+        onLoopThread { [weak self] in
+            guard let self, source.isValid else { return }
             let fd = source.fileDescriptor
             let existing = fdRegistrations[fd]
             var registration = existing ?? FDRegistration()
@@ -301,7 +302,8 @@ public final class Looper: @unchecked Sendable {
     }
 
     func removeFDSource(_ source: LooperFDSource) {
-        onLoopThread { [self] in
+        onLoopThread { [weak self] in
+            guard let self else { return }
             let fd = source.fileDescriptor
             guard var registration = fdRegistrations[fd] else { return }
             if registration.reader === source { registration.reader = nil }
@@ -323,8 +325,8 @@ public final class Looper: @unchecked Sendable {
     public func addCustomSource(label: LooperLabel = .customSource,
                                 _ handler: @escaping @Sendable () -> Void) -> LooperCustomSource {
         let source = LooperCustomSource(label: label, loop: self, handler: handler)
-        onLoopThread { [self] in
-            if source.isValid { customSources.append(source) }
+        onLoopThread { [weak self] in
+            if source.isValid { self?.customSources.append(source) }
         }
         return source
     }
@@ -335,7 +337,7 @@ public final class Looper: @unchecked Sendable {
     }
 
     func removeCustomSource(_ source: LooperCustomSource) {
-        onLoopThread { [self] in customSources.removeAll { $0 === source } }
+        onLoopThread { [weak self] in self?.customSources.removeAll { $0 === source } }
     }
 
     // MARK: - Observers
@@ -462,23 +464,34 @@ public final class Looper: @unchecked Sendable {
         runSignalledCustomSources()
 
         // Sleep only when nothing is pending; otherwise poll the descriptors and come straight back.
-        let workPending = jobsPending.load(ordering: .acquiring) || customSignalled.load(ordering: .acquiring)
-            || stopRequested.load(ordering: .acquiring)
-        var timeout: Int64 = -1
-        if workPending {
-            timeout = 0
-        } else {
-            now = cstallmon_loop_monotonic_ns()
-            var wakeAt = nextTimerWake()
-            if let deadline { wakeAt = min(wakeAt ?? deadline, deadline) }
-            if let wakeAt { timeout = wakeAt > now ? Int64(clamping: wakeAt - now) : 0 }
-        }
+        now = cstallmon_loop_monotonic_ns()
+        var timeout = waitTimeout(deadline: deadline, now: now)
         let sleeps = timeout != 0
         currentLabelStorage.store(0, ordering: .relaxed)
-        if sleeps { notify(.beforeWaiting, now: now) }
+        if sleeps {
+            notify(.beforeWaiting, now: now)
+            // A beforeWaiting observer may have posted a block, signalled a source, scheduled a timer or called
+            // stop() on this thread, which does not wake the loop: decide again so that the wait cannot sleep
+            // through it.
+            if hasObservers(.beforeWaiting) {
+                timeout = waitTimeout(deadline: deadline, now: cstallmon_loop_monotonic_ns())
+            }
+        }
         let count = waitForEvents(timeoutNanoseconds: timeout)
         if sleeps { notify(.afterWaiting) }
         dispatchReadyDescriptors(count: count)
+    }
+
+    /// How long the pass may wait in epoll: 0 (poll) when work is pending or a timer or the deadline is due, -1
+    /// when nothing bounds the sleep, else the nanoseconds until the next timer wake or the deadline.
+    private func waitTimeout(deadline: UInt64?, now: UInt64) -> Int64 {
+        let workPending = jobsPending.load(ordering: .acquiring) || customSignalled.load(ordering: .acquiring)
+            || stopRequested.load(ordering: .acquiring)
+        if workPending { return 0 }
+        var wakeAt = nextTimerWake()
+        if let deadline { wakeAt = min(wakeAt ?? deadline, deadline) }
+        guard let wakeAt else { return -1 }
+        return wakeAt > now ? Int64(clamping: wakeAt - now) : 0
     }
 
     /// epoll wait, retrying EINTR (our own sampling signal interrupts it even with SA_RESTART) for the time left.
@@ -520,6 +533,7 @@ public final class Looper: @unchecked Sendable {
                 writer.handler()
             }
         }
+        currentLabelStorage.store(0, ordering: .relaxed)
     }
 
     private func runPostedJobs() {
@@ -534,6 +548,7 @@ public final class Looper: @unchecked Sendable {
             currentLabelStorage.store(job.label.id, ordering: .relaxed)
             job.block()
         }
+        currentLabelStorage.store(0, ordering: .relaxed)
     }
 
     private func runSignalledCustomSources() {
@@ -542,6 +557,7 @@ public final class Looper: @unchecked Sendable {
             currentLabelStorage.store(source.label.id, ordering: .relaxed)
             source.handler()
         }
+        currentLabelStorage.store(0, ordering: .relaxed)
     }
 
     private static func errnoText() -> String {

@@ -45,24 +45,33 @@ struct TailCommand: ParsableCommand {
             warn("\(path): cannot read event log")
             throw ExitCode(1)
         }
-        for line in initial.suffix(lines) { emit(line) }
+        // -n counts events: walking back from the end, lines that are not events do not use up N; those inside the
+        // window printed are reported on stderr, older ones are none of this command's business.
+        var window: [String] = []
+        var count = 0
+        for line in initial.reversed() where count < lines {
+            window.append(line)
+            if (try? JSONDecoder().decode(StallEvent.self, from: Data(line.utf8))) != nil { count += 1 }
+        }
+        for (line, event) in window.reversed().compactMap(parse) { emit(line, event) }
         guard follow else { return }
         while true {
             usleep(200_000)
-            for line in reader.readNew() ?? [] { emit(line) }
+            for (line, event) in (reader.readNew() ?? []).compactMap(parse) { emit(line, event) }
         }
     }
 
-    private func emit(_ line: String) {
-        guard format == .pretty else {
-            output(line)
-            return
-        }
+    /// The line and its event, or nil after a warning on stderr.
+    private func parse(_ line: String) -> (String, StallEvent)? {
         guard let event = try? JSONDecoder().decode(StallEvent.self, from: Data(line.utf8)) else {
             warn("not an event: \(line)")
-            return
+            return nil
         }
-        output(EventText.render(event))
+        return (line, event)
+    }
+
+    private func emit(_ line: String, _ event: StallEvent) {
+        output(format == .json ? line : EventText.render(event))
     }
 
     /// Unbuffered, so a follower piped into another program sees each event at once.
@@ -71,36 +80,67 @@ struct TailCommand: ParsableCommand {
     }
 }
 
-/// Reads complete lines appended to a file since the last call; starts over when the file is replaced or shrinks.
+/// Reads complete lines appended to a log since the last call. It keeps the file open, so lines appended just
+/// before a rotation are still read from the old file before it moves on to the new one; a file truncated in place
+/// is read again from the start.
 struct LogFollower {
     let path: String
+    private var fd: Int32 = -1
     private var inode: UInt64 = 0
-    private var offset: UInt64 = 0
-    private var partial = Data()
+    private var offset: off_t = 0
+    private var partial: [UInt8] = []
 
     init(path: String) {
         self.path = path
     }
 
-    /// New complete lines, or nil when the file cannot be opened.
+    /// New complete lines, or nil when the log has never been readable.
     mutating func readNew() -> [String]? {
-        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
-        defer { try? handle.close() }
-        var info = stat()
-        guard fstat(handle.fileDescriptor, &info) == 0 else { return nil }
-        if UInt64(info.st_ino) != inode || UInt64(info.st_size) < offset {
-            inode = UInt64(info.st_ino)
-            offset = 0
-            partial = Data()
+        var lines: [String] = []
+        if fd < 0 {
+            guard open() else { return nil }
         }
-        try? handle.seek(toOffset: offset)
-        let data = (try? handle.readToEnd()) ?? Data()
-        offset += UInt64(data.count)
-        partial.append(data)
+        var onDisk = stat()
+        let pathExists = stat(path, &onDisk) == 0
+        var current = stat()
+        _ = fstat(fd, &current)
+        if current.st_size < offset {  // truncated in place
+            offset = 0
+            partial = []
+        }
+        lines += drain()
+        if pathExists && UInt64(onDisk.st_ino) != inode {  // rotated: the old file is fully read, switch
+            close(fd)
+            fd = -1
+            partial = []
+            if open() { lines += drain() }
+        }
+        return lines
+    }
+
+    private mutating func open() -> Bool {
+        let opened = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        guard opened >= 0 else { return false }
+        var info = stat()
+        fstat(opened, &info)
+        fd = opened
+        inode = UInt64(info.st_ino)
+        offset = 0
+        return true
+    }
+
+    private mutating func drain() -> [String] {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let got = pread(fd, &buffer, buffer.count, offset)
+            if got <= 0 { break }
+            offset += off_t(got)
+            partial += buffer[0..<got]
+        }
         var lines: [String] = []
         while let newline = partial.firstIndex(of: UInt8(ascii: "\n")) {
-            let line = String(decoding: partial[partial.startIndex..<newline], as: UTF8.self)
-            partial = Data(partial[partial.index(after: newline)...])
+            let line = String(decoding: partial[..<newline], as: UTF8.self)
+            partial.removeSubrange(...newline)
             if !line.isEmpty { lines.append(line) }
         }
         return lines

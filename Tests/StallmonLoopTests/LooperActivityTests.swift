@@ -84,8 +84,9 @@ struct LooperActivityOrderTests {
         loop.schedule(after: .milliseconds(30)) {
             fired.increment()
             log.append(LoopEvent.timer)
+            loop.stop()
         }
-        runBounded(loop) { $0.run(for: .milliseconds(150)) }
+        runBounded(loop) { $0.run(for: .seconds(2)) }
 
         let events = log.value
         let activities = events.compactMap { event -> LooperActivity? in

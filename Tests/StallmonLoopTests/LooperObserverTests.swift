@@ -243,14 +243,14 @@ struct LooperObserverTests {
         let oneShotCalls = Counter()
         let waits = Counter()
         loop.addObserver(for: .beforeWaiting, oneShot: true) { _, _ in oneShotCalls.increment() }
-        loop.addObserver(for: .beforeWaiting) { _, _ in waits.increment() }
-        let ticks = Counter()
-        loop.schedule(every: .milliseconds(3)) {
-            if ticks.increment() == 5 { loop.stop() }
+        loop.addObserver(for: .beforeWaiting) { _, _ in
+            if waits.increment() == 5 { loop.stop() }
         }
+        let ticker = loop.schedule(every: .milliseconds(5)) {}  // makes the loop sleep and wake again and again
         runBounded(loop) { $0.run(for: .seconds(2)) }
-        #expect(waits.value >= 3)
+        #expect(waits.value == 5)
         #expect(oneShotCalls.value == 1)
+        ticker.cancel()
     }
 
     // MARK: - Observers run on the loop thread
@@ -295,7 +295,12 @@ struct LooperObserverTests {
             ran.set()
             loop.stop()
         }
-        loop.addObserver(for: .beforeWaiting, oneShot: true) { _, _ in source.signal() }
+        // Not the first beforeWaiting: the source's registration woke the loop, and that pending wake-up would hide
+        // the problem. From the second sleep on, nothing but the signal can wake the loop before the deadline.
+        let waits = Counter()
+        loop.addObserver(for: .beforeWaiting) { _, _ in
+            if waits.increment() == 2 { source.signal() }
+        }
         runBounded(loop) { $0.run(for: .seconds(1)) }
         #expect(ran.isSet, "the loop slept through a source signalled by its beforeWaiting observer")
         source.cancel()

@@ -103,8 +103,8 @@ final class RunningCLI {
         try FileManager.default.createDirectory(at: outputDirectory, withIntermediateDirectories: true)
         stdoutURL = outputDirectory.appendingPathComponent("stdout")
         stderrURL = outputDirectory.appendingPathComponent("stderr")
-        FileManager.default.createFile(atPath: stdoutURL.path, contents: nil)
-        FileManager.default.createFile(atPath: stderrURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: stdoutURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: stderrURL.path, contents: nil)
         stdoutHandle = try FileHandle(forWritingTo: stdoutURL)
         stderrHandle = try FileHandle(forWritingTo: stderrURL)
         process.executableURL = try CLI.executable()
@@ -142,17 +142,13 @@ final class RunningCLI {
         return true
     }
 
-    /// SIGTERM, then SIGKILL if it has not exited within 2 s; waits for the exit.
+    /// Kills the process (SIGKILL) and waits for it to exit. Not SIGTERM: a child started by Foundation's `Process`
+    /// from a Swift concurrency thread inherits that thread's signal mask, in which SIGTERM is blocked.
     func terminate() {
         guard process.isRunning else { return }
-        process.terminate()
-        let deadline = ContinuousClock.now.advanced(by: .seconds(2))
-        while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            let hardDeadline = ContinuousClock.now.advanced(by: .seconds(5))
-            while process.isRunning && ContinuousClock.now < hardDeadline { usleep(10_000) }
-        }
+        kill(process.processIdentifier, SIGKILL)
+        let deadline = ContinuousClock.now.advanced(by: .seconds(5))
+        while process.isRunning && ContinuousClock.now < deadline { usleep(5_000) }
     }
 
     func result(timedOut: Bool) -> CLIResult {

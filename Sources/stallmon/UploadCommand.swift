@@ -1,0 +1,98 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import Logging
+import Stallmon
+
+/// `stallmon upload`: deliver the spool to a collector, once or as a daemon.
+struct UploadCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "upload",
+        abstract: "Send spooled stall reports to a collector (OTLP/HTTP logs or NDJSON).",
+        discussion: """
+            Reads <report_dir>/spool/pending (filled by services whose configuration has `spool = on` or an \
+            upload_endpoint), sends batches gzip-compressed, and deletes an entry only after a 2xx answer. \
+            429, 502, 503, 504 and connection failures are retried with exponential backoff and jitter, honouring \
+            Retry-After; any other answer moves the batch to spool/rejected with the reason. The bearer token comes \
+            from upload_token / STALLMON_UPLOAD_TOKEN or upload_token_file and is never printed.
+
+            --once (default) sends everything pending, retrying until --deadline; exit status 0 when the spool is \
+            empty afterwards, 1 when reports remain (they are kept for the next run). --daemon keeps watching the \
+            spool; SIGTERM or SIGINT finish or abandon the request in flight within --deadline and exit 0.
+            """)
+
+    @Argument(help: "Report directory whose spool to upload (default: report_dir of the configuration).")
+    var directory: String?
+
+    @Option(help: "Collector URL (overrides upload_endpoint). OTLP: base URL, /v1/logs is appended.")
+    var endpoint: String?
+
+    @Option(help: "Wire format: otlp or ndjson (overrides upload_format).")
+    var format: String?
+
+    @Flag(help: "Send what is pending, then exit (default).")
+    var once = false
+
+    @Flag(help: "Keep running and upload as reports arrive.")
+    var daemon = false
+
+    @Option(help: "Seconds: --once gives up retrying after this; --daemon's shutdown grace period.")
+    var deadline: Double = 30
+
+    @OptionGroup var config: ConfigOptions
+
+    func validate() throws {
+        guard !(once && daemon) else { throw ValidationError("--once and --daemon exclude each other") }
+        guard deadline > 0 else { throw ValidationError("--deadline must be greater than 0") }
+        if let format, UploadFormat(rawValue: format.lowercased()) == nil {
+            throw ValidationError("unknown --format \(format) (expected otlp or ndjson)")
+        }
+    }
+
+    func run() throws {
+        var configuration = try config.load()
+        if let directory { configuration.reportDirectory = directory }
+        if let endpoint { configuration.upload.endpoint = endpoint }
+        if let format { configuration.upload.format = UploadFormat(rawValue: format.lowercased())! }
+        var logger = Logger(label: "stallmon.upload")
+        logger.logLevel = .info
+        let uploader: Uploader
+        do {
+            try configuration.upload.validate()
+            uploader = try Uploader(spool: Spool(reportDirectory: configuration.reportDirectory),
+                                    configuration: configuration.upload, logger: logger)
+        } catch {
+            throw ValidationError(error.description)
+        }
+        let grace = Duration.nanoseconds(Int64(deadline * 1e9))
+        if daemon {
+            runDaemon(uploader, grace: grace)
+            return
+        }
+        let statistics = uploader.flush(deadline: grace)
+        print("delivered \(statistics.delivered), rejected \(statistics.rejected), dropped \(statistics.dropped), "
+            + "pending \(statistics.pending) (\(statistics.requests) requests, "
+            + "\(statistics.retryableFailures) retryable failures)")
+        if statistics.pending > 0 { throw ExitCode(1) }
+    }
+
+    private func runDaemon(_ uploader: Uploader, grace: Duration) {
+        let stop = DispatchSemaphore(value: 0)
+        var sources: [DispatchSourceSignal] = []
+        for signalNumber in [SIGTERM, SIGINT] {
+            signal(signalNumber, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+            source.setEventHandler { stop.signal() }
+            source.resume()
+            sources.append(source)
+        }
+        warn("uploading \(uploader.spool.pendingDirectory) to \(uploader.configuration.endpoint ?? "") "
+            + "(\(uploader.configuration.format.rawValue)); SIGTERM or SIGINT to stop")
+        uploader.start()
+        stop.wait()
+        uploader.stop(deadline: grace)
+        let statistics = uploader.statistics
+        warn("stopped: delivered \(statistics.delivered), rejected \(statistics.rejected), pending \(statistics.pending)")
+        withExtendedLifetime(sources) {}
+    }
+}

@@ -1,0 +1,140 @@
+import Foundation
+import Testing
+
+/// Invalid arguments, configuration files and environment variables: exit 64 with a message naming the culprit.
+@Suite("stallmon argument and configuration validation")
+struct ArgumentValidationTests {
+    static let usage: Int32 = 64
+
+    @Test("demo --threshold-ms 0 (or negative) is refused, naming the value")
+    func demoThreshold() async throws {
+        try await withTemporaryDirectory { directory in
+            let reports = directory.path("reports")
+            for value in ["0", "-5"] {
+                let result = try await CLI.run(["demo", "--threshold-ms=\(value)", "--report-dir", reports,
+                                                "--seconds", "1"])
+                #expect(result.status == Self.usage, "\(result)")
+                #expect(result.stdout.isEmpty, "\(result)")
+                #expect(result.stderr.contains("--threshold-ms"), "\(result)")
+                #expect(result.stderr.contains("got \(value)"), "the value is named: \(result)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: reports), "nothing is written")
+        }
+    }
+
+    @Test("demo --seconds out of range is refused", arguments: ["0", "-1", "3601"])
+    func demoSeconds(value: String) async throws {
+        let result = try await CLI.run(["demo", "--seconds=\(value)", "--report-dir", "unused"])
+        #expect(result.status == Self.usage, "\(result)")
+        #expect(result.stderr.contains("--seconds must be in (0, 3600]"), "\(result)")
+    }
+
+    @Test("report --top 0 is refused")
+    func reportTop() async throws {
+        try await withTemporaryDirectory { directory in
+            let result = try await CLI.run(["report", directory.path, "--top", "0"])
+            #expect(result.status == Self.usage, "\(result)")
+            #expect(result.stdout.isEmpty, "\(result)")
+            #expect(result.stderr.contains("--top"), "\(result)")
+        }
+    }
+
+    @Test("unknown --format values are refused", arguments: [["report", "."], ["show", "x.json"], ["tail", "x"]])
+    func badFormat(command: [String]) async throws {
+        let result = try await CLI.run(command + ["--format", "xml"])
+        #expect(result.status == Self.usage, "\(result)")
+        #expect(result.stderr.contains("xml"), "\(result)")
+    }
+
+    @Test("an unknown subcommand is refused")
+    func unknownSubcommand() async throws {
+        let result = try await CLI.run(["frobnicate"])
+        #expect(result.status == Self.usage, "\(result)")
+        #expect(result.stderr.contains("frobnicate"), "\(result)")
+    }
+
+    @Test("an unknown key in the --config file is refused, naming the key and line",
+          arguments: [["demo", "--seconds", "1"], ["report"], ["tail"]])
+    func unknownConfigKey(command: [String]) async throws {
+        try await withTemporaryDirectory { directory in
+            let config = try directory.write("stallmon.conf", "# settings\nthreshold_ms = 50\nbogus_key = 1\n")
+            let result = try await CLI.run(command + ["--config", config],
+                                           workingDirectory: directory.url)
+            #expect(result.status == Self.usage, "\(result)")
+            #expect(result.stdout.isEmpty, "\(result)")
+            #expect(result.stderr.contains("bogus_key"), "\(result)")
+            #expect(result.stderr.contains("\(config):3"), "file and line: \(result)")
+            #expect(!FileManager.default.fileExists(atPath: directory.path("stallmon-reports")))
+        }
+    }
+
+    @Test("the config file named by STALLMON_CONFIG is checked too")
+    func unknownKeyThroughConfigVariable() async throws {
+        try await withTemporaryDirectory { directory in
+            let config = try directory.write("stallmon.conf", "bogus_key = 1\n")
+            let result = try await CLI.run(["report"], environment: ["STALLMON_CONFIG": config],
+                                           workingDirectory: directory.url)
+            #expect(result.status == Self.usage, "\(result)")
+            #expect(result.stderr.contains("bogus_key"), "\(result)")
+        }
+    }
+
+    @Test("a nonsensical value in the config file names key, value and line")
+    func badConfigValue() async throws {
+        try await withTemporaryDirectory { directory in
+            let config = try directory.write("stallmon.conf", "threshold_ms = fast\n")
+            let result = try await CLI.run(["demo", "--config", config, "--seconds", "1"],
+                                           workingDirectory: directory.url)
+            #expect(result.status == Self.usage, "\(result)")
+            #expect(result.stderr.contains("threshold_ms"), "\(result)")
+            #expect(result.stderr.contains("fast"), "\(result)")
+            #expect(result.stderr.contains("\(config):1"), "\(result)")
+        }
+    }
+
+    @Test("a missing config file is an error naming it")
+    func missingConfigFile() async throws {
+        try await withTemporaryDirectory { directory in
+            let config = directory.path("nope.conf")
+            let result = try await CLI.run(["report", "--config", config], workingDirectory: directory.url)
+            #expect(result.status == Self.usage, "\(result)")
+            #expect(result.stderr.contains(config), "\(result)")
+        }
+    }
+
+    @Test("STALLMON_THRESHOLD_MS=abc is refused, naming the variable",
+          arguments: [["demo", "--seconds", "1"], ["report"]])
+    func badEnvironmentValue(command: [String]) async throws {
+        try await withTemporaryDirectory { directory in
+            let result = try await CLI.run(command, environment: ["STALLMON_THRESHOLD_MS": "abc"],
+                                           workingDirectory: directory.url)
+            #expect(result.status == Self.usage, "\(result)")
+            #expect(result.stdout.isEmpty, "\(result)")
+            #expect(result.stderr.contains("STALLMON_THRESHOLD_MS"), "\(result)")
+            #expect(result.stderr.contains("abc"), "\(result)")
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+            #expect(leftovers.isEmpty, "nothing is written: \(leftovers)")
+        }
+    }
+
+    @Test("an unknown STALLMON_ variable is refused, naming it")
+    func unknownEnvironmentVariable() async throws {
+        try await withTemporaryDirectory { directory in
+            let result = try await CLI.run(["demo", "--seconds", "1"], environment: ["STALLMON_TRESHOLD_MS": "50"],
+                                           workingDirectory: directory.url)
+            #expect(result.status == Self.usage, "\(result)")
+            #expect(result.stderr.contains("STALLMON_TRESHOLD_MS"), "\(result)")
+        }
+    }
+
+    @Test("a config that contradicts itself is refused: sample interval not below the threshold")
+    func inconsistentConfig() async throws {
+        try await withTemporaryDirectory { directory in
+            let result = try await CLI.run(["report"], environment: ["STALLMON_THRESHOLD_MS": "10",
+                                                                     "STALLMON_SAMPLE_INTERVAL_MS": "20"],
+                                           workingDirectory: directory.url)
+            #expect(result.status == Self.usage, "\(result)")
+            #expect(result.stderr.contains("sample_interval_ms"), "\(result)")
+        }
+    }
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""A scripted collector for stallmon's upload tests, on 127.0.0.1.
+
+Each request consumes the next behaviour of --plan (a JSON list); when the plan is exhausted, requests get 200.
+Behaviours: {"status": N, "body": "...", "retry_after": "1", "partial": K, "sleep": seconds, "reset": true}.
+Bodies are gunzipped and parsed: OTLP JSON with the official opentelemetry-proto package (json_format.Parse into
+ExportLogsServiceRequest, which refuses unknown fields), NDJSON line by line. One JSON line per request goes to
+--log: time, path, behaviour, status, ids, parse error, and the headers that matter.
+Stops by itself after --lifetime seconds.
+"""
+import argparse, gzip, json, socket, struct, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from google.protobuf import json_format
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--port-file", required=True)
+parser.add_argument("--log", required=True)
+parser.add_argument("--plan", default="[]")
+parser.add_argument("--lifetime", type=float, default=120)
+args = parser.parse_args()
+
+plan = json.loads(args.plan)
+lock = threading.Lock()
+counter = [0]
+
+
+def parse(path, body):
+    if path.endswith("/v1/logs"):
+        request = ExportLogsServiceRequest()
+        json_format.Parse(body.decode("utf-8"), request)
+        ids, resources = [], []
+        for resource_logs in request.resource_logs:
+            resources.append({a.key: json_format.MessageToDict(a.value) for a in resource_logs.resource.attributes})
+            for scope_logs in resource_logs.scope_logs:
+                for record in scope_logs.log_records:
+                    attributes = {a.key: a.value for a in record.attributes}
+                    ids.append(attributes["stallmon.report.id"].string_value)
+                    assert record.time_unix_nano > 0 and record.severity_number == 13
+                    assert attributes["stallmon.stall.duration_ms"].double_value > 0
+        return ids, resources
+    return [json.loads(line)["id"] for line in body.decode("utf-8").splitlines() if line.strip()], []
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_):
+        pass
+
+    def do_POST(self):
+        with lock:
+            index = counter[0]
+            counter[0] += 1
+        behaviour = plan[index] if index < len(plan) else {"status": 200}
+        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        entry = {"n": index, "time": time.time(), "path": self.path, "behaviour": behaviour,
+                 "content_encoding": self.headers.get("Content-Encoding"),
+                 "content_type": self.headers.get("Content-Type"),
+                 "authorization": self.headers.get("Authorization"),
+                 "custom": self.headers.get("X-Tenant")}
+        try:
+            body = gzip.decompress(raw) if self.headers.get("Content-Encoding") == "gzip" else raw
+            entry["ids"], entry["resources"] = parse(self.path, body)
+        except Exception as error:  # a payload the official parser refuses
+            entry["parse_error"] = repr(error)
+            behaviour = {"status": 400, "body": "unparseable: " + repr(error)}
+        if behaviour.get("sleep"):
+            time.sleep(behaviour["sleep"])
+        if behaviour.get("reset"):
+            entry["status"] = "reset"
+            self.write_log(entry)
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+            return
+        status = behaviour.get("status", 200)
+        if "partial" in behaviour:
+            payload = json.dumps({"partialSuccess": {"rejectedLogRecords": str(behaviour["partial"]),
+                                                     "errorMessage": "some records refused"}})
+        else:
+            payload = behaviour.get("body", "{}" if status == 200 else "error %d" % status)
+        data = payload.encode()
+        entry["status"] = status
+        self.write_log(entry)
+        self.send_response(status)
+        if behaviour.get("retry_after") is not None:
+            self.send_header("Retry-After", behaviour["retry_after"])
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def write_log(self, entry):
+        with lock:
+            with open(args.log, "a") as log:
+                log.write(json.dumps(entry) + "\n")
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+with open(args.port_file + ".tmp", "w") as port_file:
+    port_file.write(str(server.server_address[1]))
+import os
+os.rename(args.port_file + ".tmp", args.port_file)
+threading.Timer(args.lifetime, server.shutdown).start()
+server.serve_forever()
