@@ -74,10 +74,12 @@ let package = Package(
                 "Stallmon", "StallmonLoop", "CStallmonCapture",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
-            ],
-            exclude: ["Upload/receiver.py"]
+                "StallmonTestSupport",
+            ]
         ),
-        .testTarget(name: "StallmonCLITests", dependencies: ["Stallmon"]),
+        .testTarget(name: "StallmonCLITests", dependencies: ["Stallmon", "StallmonTestSupport"]),
+        // Shared by the test targets: a scripted HTTP collector (receiver.py) on 127.0.0.1.
+        .target(name: "StallmonTestSupport", path: "Tests/StallmonTestSupport", exclude: ["receiver.py"]),
     ],
     swiftLanguageModes: [.v6]
 )

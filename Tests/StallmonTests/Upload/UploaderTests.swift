@@ -1,4 +1,5 @@
 import Foundation
+import StallmonTestSupport
 import InMemoryLogging
 import Logging
 import Testing

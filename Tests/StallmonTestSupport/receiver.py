@@ -4,8 +4,8 @@
 Each request consumes the next behaviour of --plan (a JSON list); when the plan is exhausted, requests get 200.
 Behaviours: {"status": N, "body": "...", "retry_after": "1", "partial": K, "sleep": seconds, "reset": true}.
 Bodies are gunzipped and parsed: OTLP JSON with the official opentelemetry-proto package (json_format.Parse into
-ExportLogsServiceRequest, which refuses unknown fields), NDJSON line by line. One JSON line per request goes to
---log: time, path, behaviour, status, ids, parse error, and the headers that matter.
+ExportLogsServiceRequest, which refuses unknown fields), NDJSON line by line. One JSON line per answered request goes to
+--log (and one per arrival, before any scripted delay, to --log + ".arrivals"): time, path, behaviour, status, ids, parse error, and the headers that matter.
 Stops by itself after --lifetime seconds.
 """
 import argparse, gzip, json, socket, struct, threading, time
@@ -66,6 +66,9 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as error:  # a payload the official parser refuses
             entry["parse_error"] = repr(error)
             behaviour = {"status": 400, "body": "unparseable: " + repr(error)}
+        with lock:
+            with open(args.log + ".arrivals", "a") as arrivals:
+                arrivals.write(json.dumps({"n": index, "time": time.time(), "ids": entry.get("ids", [])}) + "\n")
         if behaviour.get("sleep"):
             time.sleep(behaviour["sleep"])
         if behaviour.get("reset"):

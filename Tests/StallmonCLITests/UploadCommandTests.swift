@@ -1,0 +1,129 @@
+import Foundation
+import StallmonTestSupport
+import Testing
+@testable import Stallmon
+
+/// `stallmon upload`: end to end against the scripted collector on 127.0.0.1.
+@Suite("stallmon upload", .serialized)
+struct UploadCommandTests {
+    /// Writes `count` reports into a new report directory and spools them; returns the directory and the ids.
+    static func spooled(_ count: Int) throws -> (TemporaryDirectory, [String]) {
+        let directory = try TemporaryDirectory("stallmon-upload")
+        let spool = Spool(reportDirectory: directory.path)
+        var ids: [String] = []
+        for index in 0..<count {
+            let report = Fixture.report(durationMs: 120 + Double(index), topSymbol: "App.Worker.step\(index)()",
+                                        start: Fixture.start(index))
+            let path = try Fixture.write(report, named: "stall-\(String(format: "%04d", index)).json", in: directory)
+            try spool.enqueue(reportPath: path)
+            ids.append(report.id)
+        }
+        return (directory, ids)
+    }
+
+    static let fast = ["STALLMON_UPLOAD_BATCH_MAX_REPORTS": "5", "STALLMON_UPLOAD_BATCH_MAX_AGE_MS": "0",
+                       "STALLMON_UPLOAD_BACKOFF_MS": "50", "STALLMON_UPLOAD_BACKOFF_MAX_MS": "200",
+                       "STALLMON_UPLOAD_TIMEOUT_MS": "2000"]
+
+    /// A request timeout longer than the receiver's scripted hang, so the hung request stays in flight.
+    static let slowRequests = fast.merging(["STALLMON_UPLOAD_TIMEOUT_MS": "20000"]) { $1 }
+
+    @Test("--once delivers everything, gzip and OTLP, and exits 0 with an empty spool")
+    func onceDeliversEverything() async throws {
+        let receiver = try Receiver()
+        let (directory, ids) = try Self.spooled(12)
+        defer { directory.remove() }
+        let result = try await CLI.run(["upload", directory.path, "--endpoint", receiver.baseURL, "--once"],
+                                       environment: Self.fast.merging(["STALLMON_UPLOAD_TOKEN": "t0ken"]) { $1 })
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stdout.contains("delivered 12"), "\(result)")
+        #expect(receiver.acknowledgedIDs.sorted() == ids.sorted())
+        #expect(receiver.requests.allSatisfy { $0.parse_error == nil && $0.authorization == "Bearer t0ken" })
+        #expect(!result.stdout.contains("t0ken") && !result.stderr.contains("t0ken"))
+        #expect(try Spool(reportDirectory: directory.path).pending().isEmpty)
+    }
+
+    @Test("SIGKILL mid-batch, restart: nothing lost, no file corrupt, no report under a new id")
+    func sigkillMidBatchThenRestart() async throws {
+        // The first request hangs long enough to be killed in flight; later ones succeed.
+        let receiver = try Receiver(plan: #"[{"sleep":4,"status":200}]"#)
+        let (directory, ids) = try Self.spooled(14)
+        defer { directory.remove() }
+        let daemon = try RunningCLI(["upload", directory.path, "--endpoint", receiver.baseURL, "--daemon"],
+                                    environment: Self.slowRequests)
+        defer { daemon.cleanUp() }
+        let deadline = ContinuousClock.now.advanced(by: .seconds(10))
+        while receiver.arrivals == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(receiver.arrivals == 1, "the daemon's first batch is in flight: \(daemon.stderr)")
+        daemon.terminate()  // SIGKILL while that batch is in flight
+
+        let spool = Spool(reportDirectory: directory.path)
+        let pending = try spool.pending()
+        #expect(pending.count == 14, "nothing was acknowledged to the killed daemon, so nothing was deleted")
+        for entry in pending {
+            #expect(throws: Never.self) { _ = try ReportReader.read(spool.pendingDirectory + "/" + entry.name) }
+        }
+        let restart = try await CLI.run(["upload", directory.path, "--endpoint", receiver.baseURL, "--once"],
+                                        environment: Self.fast)
+        #expect(restart.status == 0, "\(restart)")
+        let received = receiver.requests.flatMap { $0.ids ?? [] }
+        #expect(Set(received) == Set(ids), "every report arrived, and only under its own id")
+        #expect(Set(receiver.acknowledgedIDs).isSuperset(of: ids))
+        #expect(received.count - ids.count <= 5, "at most the batch in flight was sent twice (same ids)")
+        #expect(try spool.pending().isEmpty)
+    }
+
+    @Test("--daemon: SIGTERM abandons a slow request within the deadline, exits 0 and keeps the reports")
+    func daemonGracefulShutdown() async throws {
+        let receiver = try Receiver(plan: #"[{"sleep":8,"status":200}]"#)
+        let (directory, _) = try Self.spooled(3)
+        defer { directory.remove() }
+        let daemon = try RunningCLI(["upload", directory.path, "--endpoint", receiver.baseURL, "--daemon",
+                                     "--deadline", "1"], environment: Self.slowRequests)
+        defer { daemon.cleanUp() }
+        let deadline = ContinuousClock.now.advanced(by: .seconds(10))
+        while receiver.arrivals == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        let signalled = ContinuousClock.now
+        kill(daemon.process.processIdentifier, SIGTERM)
+        let exited = await daemon.waitForExit(timeout: .seconds(6))
+        let took = ContinuousClock.now - signalled
+        #expect(exited, "exits on SIGTERM: \(daemon.stderr)")
+        #expect(daemon.process.terminationStatus == 0)
+        #expect(took < .seconds(4), "within the 1 s deadline plus shutdown: \(took)")
+        #expect(try Spool(reportDirectory: directory.path).pending().count == 3, "the unacknowledged batch is kept")
+        #expect(daemon.stderr.contains("pending 3"), "\(daemon.stderr)")
+    }
+
+    @Test("an unreachable endpoint: --once exits 1, keeps every report, and logs the failure once")
+    func unreachableEndpoint() async throws {
+        let (directory, _) = try Self.spooled(3)
+        defer { directory.remove() }
+        let result = try await CLI.run(["upload", directory.path, "--endpoint", "http://127.0.0.1:9", "--once",
+                                        "--deadline", "1.5"],
+                                       environment: Self.fast.merging(["STALLMON_UPLOAD_TIMEOUT_MS": "300",
+                                                                       "STALLMON_UPLOAD_TOKEN": "supersecret"]) { $1 })
+        #expect(result.status == 1, "\(result)")
+        #expect(result.stdout.contains("pending 3"), "\(result)")
+        #expect(result.stderr.components(separatedBy: "upload failed").count - 1 == 1, "\(result.stderr)")
+        #expect(!result.stderr.contains("supersecret") && !result.stdout.contains("supersecret"))
+        #expect(try Spool(reportDirectory: directory.path).pending().count == 3)
+    }
+
+    @Test("bad input is refused before any work", arguments: [
+        (["--endpoint", "not a url"], [String: String](), "upload_endpoint"),
+        (["--endpoint", "ftp://host/x"], [:], "http:// or https://"),
+        (["--endpoint", "http://127.0.0.1:9", "--format", "xml"], [:], "unknown --format xml"),
+        (["--endpoint", "http://127.0.0.1:9"], ["STALLMON_UPLOAD_TOKEN_FILE": "/nonexistent/token"],
+         "cannot read upload_token_file /nonexistent/token"),
+        (["--endpoint", "http://127.0.0.1:9"], ["STALLMON_UPLOAD_FORMAT": "protobuf"], "upload_format"),
+        ([], [:], "no upload_endpoint configured"),
+    ])
+    func badInput(arguments: [String], environment: [String: String], mentioned: String) async throws {
+        let (directory, _) = try Self.spooled(1)
+        defer { directory.remove() }
+        let result = try await CLI.run(["upload", directory.path, "--once"] + arguments, environment: environment)
+        #expect(result.status == 64, "\(result)")
+        #expect(result.stderr.contains(mentioned), "\(result.stderr)")
+        #expect(try Spool(reportDirectory: directory.path).pending().count == 1, "nothing was touched")
+    }
+}
