@@ -4,7 +4,7 @@ import Foundation
 public struct StallEvent: Codable, Sendable, Equatable {
     /// Wall clock, ISO 8601 UTC with milliseconds.
     public var time: String
-    /// `stall.begin`, `stall.interim`, `stall.end`, `reports.dropped` or `monitor.error`.
+    /// `stall.begin`, `stall.interim`, `stall.end`, `process.frozen` or `monitor.error`.
     public var event: String
     public var id: String?
     public var loop: String?
@@ -20,6 +20,18 @@ public struct StallEvent: Codable, Sendable, Equatable {
     public var report: String?
     public var count: Int?
     public var message: String?
+    /// `cpu`, `blocked` or `starved` (JSON key `class`).
+    public var stallClass: StallClass?
+    public var signature: String?
+    /// True on a `stall.end` whose report was not written because its signature hit the rate limit.
+    public var suppressed: Bool?
+
+    enum CodingKeys: String, CodingKey {
+        case time, event, id, loop, tid, thresholdMs, elapsedMs, durationMs, label, topFrame, samples, report, count
+        case message
+        case stallClass = "class"
+        case signature, suppressed
+    }
 
     public init(time: String, event: String) {
         self.time = time

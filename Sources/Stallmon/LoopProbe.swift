@@ -100,6 +100,11 @@ final class LoopProbe: Sendable {
         }
     }
 
+    /// The iteration in progress (or the next one while the loop waits).
+    func currentIteration() -> UInt64 {
+        (sequence.load(ordering: .relaxed) + 1) / 2
+    }
+
     /// The exact interval of `iteration` if the loop recorded it as long and has not overwritten it since.
     func longIterationRecord(_ iteration: UInt64) -> (begin: UInt64, end: UInt64)? {
         for _ in 0..<1000 {

@@ -57,12 +57,22 @@ struct ReportBuilder {
             }
             if sample.status == .ok { pauses.append(sample.pauseNanoseconds) }
             let offset = sample.capturedAt > snapshot.since ? sample.capturedAt - snapshot.since : 0
+            let idle = sample.status == .ok && StallAggregation.isIdle(indices, in: frames)
             samples.append(StallReport.Sample(
                 offsetMs: Double(offset) / 1e6, status: sample.status, frames: indices, truncated: sample.truncated,
-                label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name))
+                label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name,
+                state: sample.threadState.map { String($0) }, idle: idle ? true : nil))
         }
 
-        let topFrame = topCounts.values.sorted { ($0.count, -$0.first) > ($1.count, -$1.first) }.first?.summary
+        let evidence = samples.filter { $0.status == .ok && $0.idle != true && !$0.frames.isEmpty }.map(\.frames)
+        let tree = StallAggregation.callTree(evidence, frames: frames)
+        let hottest = StallAggregation.hottestStack(tree, total: evidence.count)
+        var topFrame = topCounts.values.sorted { ($0.count, -$0.first) > ($1.count, -$1.first) }.first?.summary
+        if let hottest, let innermostInApp = hottest.frames.first(where: { frames[$0].inApp }) {
+            let frame = frames[innermostInApp]
+            topFrame = StallReport.FrameSummary(symbol: StallAggregation.key(frame), module: frame.module,
+                                                file: frame.file, line: frame.line)
+        }
         pauses.sort()
         let captures = StallReport.CaptureCounts(
             attempted: snapshot.samples.count,
@@ -80,7 +90,11 @@ struct ReportBuilder {
             durationMs: Double(snapshot.durationNanoseconds) / 1e6,
             durationSource: snapshot.durationExact ? "loop" : "watchdog",
             label: LooperLabel(id: snapshot.labelID).name, topFrame: topFrame, captures: captures,
-            samples: samples, frames: frames, images: symbolicator.images)
+            samples: samples, frames: frames, images: symbolicator.images,
+            stallClass: snapshot.threadClass, threadStats: snapshot.threadFigures,
+            frozenMs: snapshot.frozenNanoseconds > 0 ? Double(snapshot.frozenNanoseconds) / 1e6 : nil,
+            signature: hottest.map { StallAggregation.signature($0.frames, frames: frames) },
+            hottestStack: hottest, callTree: tree, annotations: snapshot.annotations.isEmpty ? nil : snapshot.annotations)
     }
 
     private struct FrameKey: Hashable {

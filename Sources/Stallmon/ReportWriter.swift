@@ -13,6 +13,8 @@ final class ReportWriter: Sendable {
         case begin(StallSnapshot)
         case interim(StallSnapshot)
         case finish(StallSnapshot)
+        /// The whole process did not run for this long (SIGSTOP, debugger, VM pause): logged, never a stall.
+        case frozen(loopName: String, nanoseconds: UInt64)
     }
 
     static let queueLimit = 256
@@ -102,8 +104,11 @@ final class ReportWriter: Sendable {
         var spoolFailing: String?
         var droppedSinceFailure = 0
         var reportPaths: [String: String] = [:]
+        var limiter: SignatureRateLimiter
 
         init(configuration: StallMonitorConfiguration) {
+            limiter = SignatureRateLimiter(limit: configuration.maxReportsPerSignaturePerHour,
+                                           window: 3600 * 1_000_000_000)
             eventLog = EventLog(path: configuration.resolvedEventLogPath, maxBytes: configuration.eventLogMaxBytes,
                                 maxFiles: configuration.eventLogMaxFiles)
         }
@@ -135,8 +140,31 @@ final class ReportWriter: Sendable {
                 event.report = path
                 log(event, state: &state)
             }
+        case .frozen(let loopName, let nanoseconds):
+            var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
+                                   event: "process.frozen")
+            event.loop = loopName
+            event.durationMs = Double(nanoseconds) / 1e6
+            event.message = "the process did not run (SIGSTOP, debugger or VM pause); not counted as a stall"
+            log(event, state: &state)
         case .finish(let snapshot):
-            let report = state.reportBuilder().build(snapshot)
+            var report = state.reportBuilder().build(snapshot)
+            // An interim report already on disk is always replaced by its final one.
+            if state.reportPaths[snapshot.id] == nil, let signature = report.signature {
+                let decision = state.limiter.admit(signature, now: cstallmon_loop_monotonic_ns())
+                guard decision.write else {
+                    counters.reportsSuppressed.wrappingAdd(1, ordering: .relaxed)
+                    var event = baseEvent("stall.end", snapshot)
+                    event.durationMs = report.durationMs
+                    event.topFrame = report.topFrame?.displayName
+                    event.stallClass = report.stallClass
+                    event.signature = signature
+                    event.suppressed = true
+                    log(event, state: &state)
+                    return
+                }
+                if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
+            }
             let path = persist(report, state: &state)
             if path != nil {
                 counters.reportsWritten.wrappingAdd(1, ordering: .relaxed)
@@ -150,6 +178,8 @@ final class ReportWriter: Sendable {
             event.topFrame = report.topFrame?.displayName
             event.samples = report.samples.count
             event.report = path
+            event.stallClass = report.stallClass
+            event.signature = report.signature
             log(event, state: &state)
             state.reportPaths[snapshot.id] = nil
         }

@@ -34,6 +34,8 @@ struct RawSample: Sendable {
     /// Signal sent → handler finished: how long the loop thread was interrupted (0 when it did not finish).
     var pauseNanoseconds: UInt64
     var labelID: UInt32
+    /// The thread's /proc state letter read just before the signal.
+    var threadState: Character? = nil
 }
 
 /// The watchdog's handle on one capture slot. Not thread-safe: one watchdog owns it.

@@ -36,6 +36,7 @@ public final class StallMonitor: Sendable {
     private let probe: LoopProbe
     private let binding = ThreadBinding()
     private let counters = MonitorCounters()
+    private let annotations = IterationAnnotations()
     private let writer: ReportWriter
     private let watchdog: Watchdog
     /// Uploads the spool in the background when `upload_endpoint` is configured.
@@ -88,7 +89,7 @@ public final class StallMonitor: Sendable {
         writer = ReportWriter(configuration: configuration, logger: logger, counters: counters, loopName: loop.name,
                               uploader: uploader)
         watchdog = Watchdog(probe: probe, binding: binding, loop: loop, configuration: configuration,
-                            writer: writer, counters: counters, logger: logger)
+                            writer: writer, counters: counters, annotations: annotations, logger: logger)
     }
 
     deinit {
@@ -145,6 +146,13 @@ public final class StallMonitor: Sendable {
         uploader?.stop(deadline: .seconds(2))  // one last flush of what the writer just spooled
         if let bound = binding.clear() { cstallmon_slot_release(bound.slot) }
         if signalHeld.exchange(false, ordering: .relaxed) { cstallmon_release() }
+    }
+
+    /// Attaches `key = value` to the loop iteration in progress (e.g. a request id); if that iteration stalls, its
+    /// report carries them. Call it on the loop thread, from the work being done. Keeps at most 32 keys per
+    /// iteration and 256 characters per value. Costs an uncontended lock, only when called.
+    public func annotate(_ key: String, _ value: String) {
+        annotations.set(key, value, iteration: probe.currentIteration())
     }
 
     /// Counters since the monitor was created.

@@ -28,6 +28,10 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     public var eventLogMaxBytes: Int
     /// Rotated logs kept besides the live one (`events.jsonl.1` …). Key `event_log_max_files`, default 3.
     public var eventLogMaxFiles: Int
+    /// At most this many full reports per stall signature per hour; further stalls of that kind are only counted
+    /// (a `stall.end` line with `suppressed`, and `suppressedBefore` in the next report). Key
+    /// `max_reports_per_signature_per_hour`, default 30.
+    public var maxReportsPerSignaturePerHour = 30
     /// Spooling and upload of reports (keys `spool`, `upload_*`, `spool_*`, `service_name`); off by default.
     public var upload = UploadConfiguration()
 
@@ -99,6 +103,10 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
         guard (0...100).contains(eventLogMaxFiles) else {
             throw .invalid(key: "event_log_max_files", value: "\(eventLogMaxFiles)",
                            reason: "must be between 0 and 100")
+        }
+        guard maxReportsPerSignaturePerHour >= 1 else {
+            throw .invalid(key: "max_reports_per_signature_per_hour", value: "\(maxReportsPerSignaturePerHour)",
+                           reason: "must be at least 1")
         }
         _ = try signal.resolve()
         try upload.validate()

@@ -19,6 +19,10 @@ public struct StallMonitorStatistics: Sendable, Equatable {
     public var samplesCaptured: Int
     /// Captures that hit `capture_timeout_ms` or found an earlier signal still pending.
     public var captureTimeouts: Int
+    /// Times the whole process was frozen (SIGSTOP, debugger, VM pause); never reported as stalls.
+    public var freezes: Int = 0
+    /// Stalls that got no report of their own because their signature hit the rate limit.
+    public var reportsSuppressed: Int = 0
 }
 
 /// The shared, atomically updated form of `StallMonitorStatistics`.
@@ -30,6 +34,8 @@ final class MonitorCounters: Sendable {
     let eventsDropped = Atomic<Int>(0)
     let samplesCaptured = Atomic<Int>(0)
     let captureTimeouts = Atomic<Int>(0)
+    let freezes = Atomic<Int>(0)
+    let reportsSuppressed = Atomic<Int>(0)
 
     func snapshot(longIterations: Int) -> StallMonitorStatistics {
         StallMonitorStatistics(
@@ -40,6 +46,8 @@ final class MonitorCounters: Sendable {
             reportsDropped: reportsDropped.load(ordering: .relaxed),
             eventsDropped: eventsDropped.load(ordering: .relaxed),
             samplesCaptured: samplesCaptured.load(ordering: .relaxed),
-            captureTimeouts: captureTimeouts.load(ordering: .relaxed))
+            captureTimeouts: captureTimeouts.load(ordering: .relaxed),
+            freezes: freezes.load(ordering: .relaxed),
+            reportsSuppressed: reportsSuppressed.load(ordering: .relaxed))
     }
 }

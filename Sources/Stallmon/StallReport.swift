@@ -29,6 +29,40 @@ public struct StallReport: Codable, Sendable, Equatable {
     public var frames: [Frame]
     /// Images loaded at the time (path, build id, load bias), for offline symbolication.
     public var images: [ImageInfo]
+    /// Why the loop stalled: `cpu`, `blocked`, `starved` (JSON key `class`).
+    public var stallClass: StallClass?
+    /// Where the loop thread's time went while the watchdog watched the stall.
+    public var threadStats: ThreadFigures?
+    /// Time the whole process was frozen (SIGSTOP, debugger, VM freeze) during the iteration; not in `durationMs`.
+    public var frozenMs: Double?
+    /// Stable id of this kind of stall: a hash of the hottest stack's innermost in-app functions (no addresses).
+    public var signature: String?
+    /// The path most samples share (Matrix's "point stack").
+    public var hottestStack: HottestStack?
+    /// All stack samples merged by function, outermost frames at the roots.
+    public var callTree: [CallTreeNode]?
+    /// Key/values the service attached to the stalled iteration (`StallMonitor.annotate`).
+    public var annotations: [String: String]?
+    /// Stalls of the same signature that got no report of their own since the previous one (rate limit).
+    public var suppressedBefore: Int?
+
+    enum CodingKeys: String, CodingKey {
+        case schema, id, ongoing, process, thread, loop, thresholdMs, start, durationMs, durationSource, label
+        case topFrame, captures, samples, frames, images
+        case stallClass = "class"
+        case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore
+    }
+
+    public struct ThreadFigures: Codable, Sendable, Equatable {
+        /// The span measured (from when the watchdog first saw the iteration busy to when it saw it end).
+        public var windowMs: Double
+        /// On a CPU, runnable but waiting for one, and the rest (asleep or blocked), in that span.
+        public var cpuMs: Double
+        public var runDelayMs: Double
+        public var sleepMs: Double
+        public var voluntarySwitches: Int
+        public var involuntarySwitches: Int
+    }
 
     public struct ProcessDescription: Codable, Sendable, Equatable {
         public var pid: Int32
@@ -67,6 +101,10 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var truncated: Bool
         /// The label of what the loop ran at that moment.
         public var label: String?
+        /// The thread's state just before the capture (R running, S sleeping, D uninterruptible, …).
+        public var state: String?
+        /// True when the capture found the loop back in epoll: no evidence, left out of the aggregation.
+        public var idle: Bool?
     }
 
     public struct Frame: Codable, Sendable, Equatable {

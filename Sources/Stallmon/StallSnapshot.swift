@@ -15,4 +15,10 @@ struct StallSnapshot: Sendable {
     var elapsedAtDetection: UInt64
     var labelID: UInt32
     var samples: [RawSample]
+    /// Where the thread's time went while watched, when /proc could tell.
+    var threadFigures: StallReport.ThreadFigures? = nil
+    var threadClass: StallClass = .unknown
+    /// Whole-process freeze inside the iteration, excluded from `durationNanoseconds`.
+    var frozenNanoseconds: UInt64 = 0
+    var annotations: [String: String] = [:]
 }

@@ -16,6 +16,7 @@ final class Watchdog: Sendable {
     private let configuration: StallMonitorConfiguration
     private let writer: ReportWriter
     private let counters: MonitorCounters
+    private let annotations: IterationAnnotations
     private let logger: Logger
     private let stopFD: Int32
     private let stopping = Atomic<Bool>(false)
@@ -24,8 +25,9 @@ final class Watchdog: Sendable {
     private let stallDuration: Metrics.Timer
 
     init(probe: LoopProbe, binding: ThreadBinding, loop: Looper, configuration: StallMonitorConfiguration,
-         writer: ReportWriter, counters: MonitorCounters, logger: Logger) {
+         writer: ReportWriter, counters: MonitorCounters, annotations: IterationAnnotations, logger: Logger) {
         self.probe = probe
+        self.annotations = annotations
         self.binding = binding
         self.loop = loop
         self.configuration = configuration
@@ -64,21 +66,42 @@ final class Watchdog: Sendable {
         var lastSeenBusy: UInt64
     }
 
+    /// Scheduler figures of the loop thread when the watchdog first saw an iteration busy.
+    private struct Baseline {
+        var iteration: UInt64
+        var stats: ThreadStats
+        var at: UInt64
+    }
+
     private func run() {
         let detectorConfiguration = StallDetector.Configuration(
             threshold: UInt64(configuration.threshold.nanosecondsClamped),
             sampleInterval: UInt64(configuration.sampleInterval.nanosecondsClamped),
             maxSamples: configuration.maxSamples,
             interimAfter: UInt64(configuration.interimAfter.nanosecondsClamped))
+        let freezeMinimum = max(10_000_000, detectorConfiguration.threshold / 4)
         var detector = StallDetector(configuration: detectorConfiguration)
+        var freezes = FreezeTracker()
         var capturer: StackCapturer?
         var boundThread: Int32 = 0
         var current: Current?
+        var baseline: Baseline?
         var warnedAboutBlockedSignal = false
+        var expectedWake: UInt64?
+        var runDelayBeforeSleep = ThreadStats.ownRunDelay() ?? 0
 
         while !stopping.load(ordering: .acquiring) {
             let now = cstallmon_monotonic_ns()
+            if let expected = expectedWake {
+                let delayGrowth = (ThreadStats.ownRunDelay() ?? runDelayBeforeSleep) &- runDelayBeforeSleep
+                if freezes.observeWake(expected: expected, actual: now, runDelayGrowth: delayGrowth,
+                                       minimum: freezeMinimum) {
+                    counters.freezes.wrappingAdd(1, ordering: .relaxed)
+                    writer.submit(.frozen(loopName: loop.name, nanoseconds: now - expected))
+                }
+            }
             guard let bound = binding.load() else {
+                expectedWake = nil
                 waitUntil(now + detectorConfiguration.idlePoll)
                 continue
             }
@@ -89,11 +112,20 @@ final class Watchdog: Sendable {
                 reportThreadBinding(bound)
             }
             let reading = probe.read()
-            let (actions, wakeAt) = detector.step(reading, now: now)
+            // The detector sees the iteration as if it began later by the time the whole process was frozen, so a
+            // SIGSTOP or VM pause is never mistaken for a stall.
+            var adjusted = reading
+            if case .busy(let iteration, let since) = reading {
+                adjusted = .busy(iteration: iteration, since: since + freezes.overlap(start: since, end: now))
+                if baseline?.iteration != iteration, let stats = ThreadStats.read(tid: boundThread) {
+                    baseline = Baseline(iteration: iteration, stats: stats, at: now)
+                }
+            }
+            let (actions, wakeAt) = detector.step(adjusted, now: now)
             for action in actions {
                 switch action {
-                case .begin(let iteration, let since):
-                    _ = iteration
+                case .begin(let iteration, _):
+                    guard case .busy(_, let since) = reading else { break }
                     counters.stallsDetected.wrappingAdd(1, ordering: .relaxed)
                     stallCounter.increment()
                     let wallNow = cstallmon_realtime_ns()
@@ -103,12 +135,13 @@ final class Watchdog: Sendable {
                         sinceWall: wallNow - min(wallNow, now - since), durationNanoseconds: now - since,
                         durationExact: false, ongoing: true, elapsedAtDetection: now - since,
                         labelID: loop.currentLabel.id, samples: [])
-                    if let capturer { snapshot.samples.append(takeSample(capturer)) }
+                    snapshot.annotations = annotations.values(for: iteration)
+                    if let capturer { snapshot.samples.append(takeSample(capturer, tid: boundThread)) }
                     current = Current(snapshot: snapshot, lastSeenBusy: now)
                     writer.submit(.begin(snapshot))
                 case .sample:
                     if let capturer, current != nil {
-                        let sample = takeSample(capturer)
+                        let sample = takeSample(capturer, tid: boundThread)
                         current?.snapshot.samples.append(sample)
                         if sample.status != .ok && !warnedAboutBlockedSignal
                             && cstallmon_thread_blocks_signal(boundThread, cstallmon_installed_signal()) == 1
@@ -122,36 +155,61 @@ final class Watchdog: Sendable {
                 case .interim:
                     guard var snapshot = current?.snapshot else { break }
                     snapshot.ongoing = true
-                    snapshot.durationNanoseconds = now - snapshot.since
+                    snapshot.frozenNanoseconds = freezes.overlap(start: snapshot.since, end: now)
+                    snapshot.durationNanoseconds = now - snapshot.since - snapshot.frozenNanoseconds
+                    describeThread(&snapshot, baseline: baseline, now: now, tid: boundThread)
                     writer.submit(.interim(snapshot))
-                case .finish(let iteration, let since):
+                case .finish(let iteration, _):
                     guard var snapshot = current?.snapshot else { break }
-                    if let record = probe.longIterationRecord(iteration), record.begin == since {
-                        snapshot.durationNanoseconds = record.end - record.begin
+                    var end = current?.lastSeenBusy ?? now
+                    if let record = probe.longIterationRecord(iteration) {
+                        end = record.end
                         snapshot.durationExact = true
                     } else {
-                        // The loop overwrote the record (this thread was starved): bound it by what we saw.
-                        snapshot.durationNanoseconds = (current?.lastSeenBusy ?? now) - since
-                        snapshot.durationExact = false
+                        snapshot.durationExact = false  // the loop overwrote the record: this thread was starved
                     }
+                    snapshot.frozenNanoseconds = freezes.overlap(start: snapshot.since, end: end)
+                    snapshot.durationNanoseconds = end - snapshot.since - min(snapshot.frozenNanoseconds,
+                                                                              end - snapshot.since)
                     snapshot.ongoing = false
+                    snapshot.annotations.merge(annotations.values(for: iteration)) { _, new in new }
+                    describeThread(&snapshot, baseline: baseline, now: now, tid: boundThread)
                     stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
                     writer.submit(.finish(snapshot))
                     current = nil
                 }
             }
             if case .busy = reading, current != nil { current?.lastSeenBusy = now }
+            runDelayBeforeSleep = ThreadStats.ownRunDelay() ?? runDelayBeforeSleep
+            expectedWake = max(wakeAt, cstallmon_monotonic_ns())
             waitUntil(wakeAt)
         }
         // Stopped mid-stall: leave the evidence as an ongoing report.
         if var snapshot = current?.snapshot {
             snapshot.durationNanoseconds = cstallmon_monotonic_ns() - snapshot.since
+            describeThread(&snapshot, baseline: baseline, now: cstallmon_monotonic_ns(), tid: boundThread)
             writer.submit(.interim(snapshot))
         }
     }
 
-    private func takeSample(_ capturer: StackCapturer) -> RawSample {
-        let sample = capturer.capture(labelID: loop.currentLabel.id)
+    /// Fills in where the loop thread's time went since the baseline, and the class that follows.
+    private func describeThread(_ snapshot: inout StallSnapshot, baseline: Baseline?, now: UInt64, tid: Int32) {
+        guard let baseline, let stats = ThreadStats.read(tid: tid), now > baseline.at else { return }
+        let wall = now - baseline.at - min(snapshot.frozenNanoseconds, now - baseline.at)
+        let cpu = min(stats.cpuNanoseconds &- baseline.stats.cpuNanoseconds, wall)
+        let delay = min(stats.runDelayNanoseconds &- baseline.stats.runDelayNanoseconds, wall - cpu)
+        snapshot.threadFigures = StallReport.ThreadFigures(
+            windowMs: Double(wall) / 1e6, cpuMs: Double(cpu) / 1e6, runDelayMs: Double(delay) / 1e6,
+            sleepMs: Double(wall - cpu - delay) / 1e6,
+            voluntarySwitches: Int(stats.voluntarySwitches &- baseline.stats.voluntarySwitches),
+            involuntarySwitches: Int(stats.involuntarySwitches &- baseline.stats.involuntarySwitches))
+        snapshot.threadClass = StallClassifier.classify(cpu: cpu, runDelay: delay, wall: wall)
+    }
+
+    private func takeSample(_ capturer: StackCapturer, tid: Int32) -> RawSample {
+        let state = ThreadStats.state(tid: tid)  // before the signal: in the handler the thread is always R
+        var sample = capturer.capture(labelID: loop.currentLabel.id)
+        sample.threadState = state
         switch sample.status {
         case .ok: counters.samplesCaptured.wrappingAdd(1, ordering: .relaxed)
         case .timedOut, .pending: counters.captureTimeouts.wrappingAdd(1, ordering: .relaxed)
@@ -209,5 +267,24 @@ final class ThreadBinding: Sendable {
         let old = load()
         packed.store(0, ordering: .releasing)
         return old
+    }
+}
+
+/// Key/values the service attaches to the iteration in progress (`StallMonitor.annotate`). Written by the service
+/// on the loop thread, read by the watchdog; the lock is the service's cost, taken only when it annotates.
+final class IterationAnnotations: Sendable {
+    private let storage = Mutex<(iteration: UInt64, values: [String: String])>((0, [:]))
+
+    func set(_ key: String, _ value: String, iteration: UInt64) {
+        storage.withLock { storage in
+            if storage.iteration != iteration { storage = (iteration, [:]) }
+            if storage.values.count < 32 || storage.values[key] != nil {
+                storage.values[key] = String(value.prefix(256))
+            }
+        }
+    }
+
+    func values(for iteration: UInt64) -> [String: String] {
+        storage.withLock { $0.iteration == iteration ? $0.values : [:] }
     }
 }
