@@ -204,7 +204,10 @@ struct StallMonitorBehaviourTests {
     }
 }
 
+/// nanosleep that resumes after EINTR, as code sampled by a signal must (see README, "What sampling costs").
 @inline(never)
 func stallmonTestSleep(milliseconds: Int) {
-    usleep(UInt32(milliseconds) * 1000)
+    var request = timespec(tv_sec: milliseconds / 1000, tv_nsec: (milliseconds % 1000) * 1_000_000)
+    var remaining = timespec()
+    while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
 }

@@ -29,11 +29,21 @@ struct DemoCommand: ParsableCommand {
     @Option(help: "Stall threshold in milliseconds.")
     var thresholdMs: Double = 100
 
+    @Option(help: "Which stalls to inject, in rotation: all, none, or a comma list of cpu, sleep, read, lock, json.")
+    var stalls: String = "all"
+
+    @Option(help: "Keep the loop busy with back-to-back chunks of this many ms of CPU work (0: off): load that must not be reported.")
+    var busyMs: Int = 0
+
     @OptionGroup var config: ConfigOptions
 
     func validate() throws {
         guard seconds > 0, seconds <= 3600 else { throw ValidationError("--seconds must be in (0, 3600]") }
         guard thresholdMs > 0 else { throw ValidationError("--threshold-ms must be greater than 0 (got \(thresholdMs))") }
+        _ = try DemoService.StallKind.parse(stalls)
+        guard busyMs >= 0, Double(busyMs) < thresholdMs else {
+            throw ValidationError("--busy-ms must be between 0 and the threshold (got \(busyMs))")
+        }
     }
 
     func run() throws {
@@ -64,7 +74,8 @@ struct DemoCommand: ParsableCommand {
             throw ExitCode(1)
         }
         let service = try DemoService(loop: loop, stallEvery: .milliseconds(1500),
-                                      stallLength: max(Int(thresholdMs * 2.5), 150))
+                                      stallLength: max(Int(thresholdMs * 2.5), 150),
+                                      kinds: try DemoService.StallKind.parse(stalls), busyMs: busyMs)
         print("stallmon demo: running for \(seconds) s on loop \"\(loop.name)\" (threshold \(ms(thresholdMs)))")
         print("  reports:   \(configuration.reportDirectory)/stall-*.json")
         print("  event log: \(configuration.resolvedEventLogPath)   (stallmon tail --follow \(configuration.resolvedEventLogPath))")
@@ -93,7 +104,7 @@ struct DemoCommand: ParsableCommand {
             print("            \(path)")
         }
         print("\nNext: stallmon report \(configuration.reportDirectory)   |   stallmon show <report>")
-        if statistics.stallsDetected == 0 { throw ExitCode(1) }
+        if statistics.stallsDetected == 0 && service.stallsInjected.load(ordering: .relaxed) > 0 { throw ExitCode(1) }
     }
 }
 
@@ -110,13 +121,36 @@ final class DemoService: Sendable {
     private let lock = ContendedLock()
     private let stallEvery: Duration
     private let stallLength: Int
+    private let kinds: [StallKind]
+    private let busyMs: Int
+
+    /// The injected stalls, in rotation order.
+    enum StallKind: String, CaseIterable {
+        case cpu, sleep, read, lock, json
+
+        static func parse(_ text: String) throws -> [StallKind] {
+            switch text.lowercased() {
+            case "all": return allCases
+            case "none", "": return []
+            default:
+                return try text.split(separator: ",").map { name in
+                    guard let kind = StallKind(rawValue: name.trimmingCharacters(in: .whitespaces).lowercased()) else {
+                        throw ValidationError("unknown stall kind \(name) (cpu, sleep, read, lock, json, all, none)")
+                    }
+                    return kind
+                }
+            }
+        }
+    }
 
     var port: UInt16 { echo.port }
 
-    init(loop: Looper, stallEvery: Duration, stallLength: Int) throws {
+    init(loop: Looper, stallEvery: Duration, stallLength: Int, kinds: [StallKind], busyMs: Int) throws {
         self.loop = loop
         self.stallEvery = stallEvery
         self.stallLength = stallLength
+        self.kinds = kinds
+        self.busyMs = busyMs
         echo = try EchoServer(loop: loop)
     }
 
@@ -125,10 +159,14 @@ final class DemoService: Sendable {
             [self] in
             heartbeats.wrappingAdd(1, ordering: .relaxed)
         }
-        let injector = loop.schedule(every: stallEvery, initialDelay: .milliseconds(500), label: "stall.injector") {
-            [self] in injectNextStall()
+        var started = [heartbeat]
+        if !kinds.isEmpty {
+            started.append(loop.schedule(every: stallEvery, initialDelay: .milliseconds(500), label: "stall.injector") {
+                [self] in injectNextStall()
+            })
         }
-        timers.withLock { $0 = [heartbeat, injector] }
+        timers.withLock { $0 = started }
+        if busyMs > 0 { keepBusy() }
         client.start(port: echo.port)
         Thread.detachNewThread { [self] in
             while !producerStopping.load(ordering: .relaxed) {
@@ -147,14 +185,23 @@ final class DemoService: Sendable {
         echo.shutdown()
     }
 
+    /// Back-to-back short chunks of CPU work, each its own pass: a busy but healthy loop.
+    private func keepBusy() {
+        guard !producerStopping.load(ordering: .relaxed) else { return }
+        loop.perform(label: "work.busy") { [self] in
+            _ = DemoStalls.crunchPrimes(milliseconds: busyMs)
+            keepBusy()
+        }
+    }
+
     private func injectNextStall() {
         let index = stallsInjected.wrappingAdd(1, ordering: .relaxed).oldValue
-        switch index % 5 {
-        case 0: _ = DemoStalls.crunchPrimes(milliseconds: stallLength)
-        case 1: DemoStalls.sleepOnTheLoop(milliseconds: stallLength)
-        case 2: _ = DemoStalls.readFromSlowPeer(milliseconds: stallLength)
-        case 3: DemoStalls.waitForContendedLock(lock, milliseconds: stallLength)
-        default: _ = DemoStalls.encodeLargeJSON(milliseconds: stallLength)
+        switch kinds[index % kinds.count] {
+        case .cpu: _ = DemoStalls.crunchPrimes(milliseconds: stallLength)
+        case .sleep: DemoStalls.sleepOnTheLoop(milliseconds: stallLength)
+        case .read: _ = DemoStalls.readFromSlowPeer(milliseconds: stallLength)
+        case .lock: DemoStalls.waitForContendedLock(lock, milliseconds: stallLength)
+        case .json: _ = DemoStalls.encodeLargeJSON(milliseconds: stallLength)
         }
     }
 }

@@ -1,0 +1,86 @@
+import Testing
+@testable import Stallmon
+
+struct StallAggregationTests {
+    /// A frame table where index i is function names[i]; `shift` moves every address, as ASLR would.
+    func table(_ names: [String], inApp: Set<String> = [], shift: UInt = 0) -> [StallReport.Frame] {
+        names.enumerated().map { index, name in
+            StallReport.Frame(address: hex(0x1000 + UInt(index) * 16 + shift), image: 0, module: "/app", buildId: nil,
+                              offset: hex(0x1000 + UInt(index) * 16), symbol: name, symbolOffset: 4, file: nil,
+                              line: nil, inApp: inApp.contains(name))
+        }
+    }
+
+    @Test func theHottestStackIsThePathMostSamplesShare() {
+        // Stacks innermost first. main → run → handle → {parse (7), encode (3)}; parse → {a (4), b (3)}.
+        let frames = table(["main", "run", "handle", "parse", "encode", "a", "b"])
+        var stacks: [[Int]] = []
+        stacks += Array(repeating: [5, 3, 2, 1, 0], count: 4)
+        stacks += Array(repeating: [6, 3, 2, 1, 0], count: 3)
+        stacks += Array(repeating: [4, 2, 1, 0], count: 3)
+        let tree = StallAggregation.callTree(stacks, frames: frames)
+        #expect(tree.count == 1 && tree[0].samples == 10)
+        let hottest = StallAggregation.hottestStack(tree, total: stacks.count)
+        #expect(hottest == HottestStack(frames: [3, 2, 1, 0], samples: 7, of: 10),
+                "stops at parse: below it no child holds a majority")
+    }
+
+    @Test func frameAddressesWithinOneFunctionMergeIntoOneNode() {
+        // A spinning function sampled at different instructions is still one node.
+        var frames = table(["main", "spin"])
+        frames.append(StallReport.Frame(address: "0x9999", image: 0, module: "/app", buildId: nil, offset: "0x9999",
+                                        symbol: "spin", symbolOffset: 40, file: nil, line: nil, inApp: false))
+        let tree = StallAggregation.callTree([[1, 0], [2, 0], [1, 0]], frames: frames)
+        #expect(tree[0].children.count == 1)
+        #expect(tree[0].children[0].samples == 3)
+        #expect(tree[0].children[0].frame == 1, "the most sampled frame represents the function")
+    }
+
+    @Test func signaturesIgnoreAddressesAndFollowInAppFunctions() {
+        let names = ["libc_read", "App.fetch()", "App.handle()", "main"]
+        let one = table(names, inApp: ["App.fetch()", "App.handle()", "main"])
+        let other = table(names, inApp: ["App.fetch()", "App.handle()", "main"], shift: 0x7f00_0000)
+        #expect(StallAggregation.signature([0, 1, 2, 3], frames: one)
+            == StallAggregation.signature([0, 1, 2, 3], frames: other))
+        let different = table(["libc_read", "App.other()", "App.handle()", "main"],
+                              inApp: ["App.other()", "App.handle()", "main"])
+        #expect(StallAggregation.signature([0, 1, 2, 3], frames: one)
+            != StallAggregation.signature([0, 1, 2, 3], frames: different))
+        #expect(StallAggregation.signature([0, 1, 2, 3], frames: one).count == 16)
+    }
+
+    @Test func samplesOfTheLoopWaitingInEpollAreNotEvidence() {
+        let frames = table(["epoll_pwait2", "cstallmon_epoll_wait",
+                            "StallmonLoop.Looper.(waitForEvents in _ABC)(timeoutNanoseconds: Swift.Int64) -> Swift.Int"])
+        #expect(StallAggregation.isIdle([0, 1, 2], in: frames))
+        #expect(!StallAggregation.isIdle([0], in: frames))
+    }
+
+    @Test func theRateLimiterAdmitsNPerWindowAndCountsTheRest() {
+        var limiter = SignatureRateLimiter(limit: 2, window: 100)
+        let decisions = [limiter.admit("a", now: 0), limiter.admit("a", now: 10), limiter.admit("a", now: 20),
+                         limiter.admit("a", now: 30), limiter.admit("b", now: 30), limiter.admit("a", now: 101)]
+        #expect(decisions.map(\.write) == [true, true, false, false, true, true])
+        #expect(decisions[4].suppressedBefore == 0, "per signature")
+        #expect(decisions[5].suppressedBefore == 2, "the window slid; two were suppressed meanwhile")
+    }
+
+    @Test func theClassIsTheLargestShareOfTheStall() {
+        #expect(StallClassifier.classify(cpu: 90, runDelay: 5, wall: 100) == .cpu)
+        #expect(StallClassifier.classify(cpu: 5, runDelay: 2, wall: 100) == .blocked)
+        #expect(StallClassifier.classify(cpu: 10, runDelay: 70, wall: 100) == .starved)
+        #expect(StallClassifier.classify(cpu: 0, runDelay: 0, wall: 0) == .unknown)
+    }
+
+    @Test func freezesAreTheOverrunsNotExplainedByWaitingForACPU() {
+        var tracker = FreezeTracker()
+        let frozen = tracker.observeWake(expected: 1000, actual: 1600, runDelayGrowth: 10, minimum: 100)
+        let starved = tracker.observeWake(expected: 2000, actual: 2600, runDelayGrowth: 500, minimum: 100)
+        let short = tracker.observeWake(expected: 3000, actual: 3050, runDelayGrowth: 0, minimum: 100)
+        #expect(frozen)
+        #expect(!starved, "the watchdog itself was starved: not a freeze")
+        #expect(!short)
+        #expect(tracker.overlap(start: 1200, end: 5000) == 400)
+        #expect(tracker.count == 1)
+    }
+}

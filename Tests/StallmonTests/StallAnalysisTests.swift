@@ -1,0 +1,134 @@
+import CStallmonCapture
+import Foundation
+import Synchronization
+import Testing
+import StallmonLoop
+@testable import Stallmon
+
+@inline(never)
+func stallmonTestBlockingRead(milliseconds: Int) {
+    var fds: [Int32] = [0, 0]
+    guard pipe(&fds) == 0 else { return }
+    let writer = fds[1]
+    Thread.detachNewThread {
+        usleep(UInt32(milliseconds) * 1000)
+        var byte: UInt8 = 1
+        _ = write(writer, &byte, 1)
+        close(writer)
+    }
+    var byte: UInt8 = 0
+    _ = read(fds[0], &byte, 1)
+    close(fds[0])
+}
+
+@Suite(.serialized)
+struct StallAnalysisTests {
+    func stall(_ work: @escaping @Sendable (StallMonitor) -> Void,
+               configure: (inout StallMonitorConfiguration) -> Void = { _ in }) throws -> (StallMonitor, [StallReport]) {
+        let directory = makeTemporaryDirectory()
+        var configuration = StallMonitorConfiguration(threshold: .milliseconds(80), reportDirectory: directory)
+        configure(&configuration)
+        let loop = try Looper(name: "analysis")
+        let monitor = try StallMonitor(loop: loop, configuration: configuration)
+        monitor.start()
+        loop.perform(label: "work") { work(monitor) }
+        loop.run(for: .milliseconds(600))
+        monitor.stop()
+        return (monitor, readReports(directory))
+    }
+
+    @Test func aBusyLoopIsCPU() throws {
+        let (_, reports) = try stall { _ in _ = stallmonTestBusySpin(milliseconds: 300) }
+        let report = try #require(reports.first)
+        #expect(report.stallClass == .cpu, "\(String(describing: report.threadStats))")
+        #expect((report.threadStats?.cpuMs ?? 0) > 150)
+        #expect(report.samples.filter { $0.state == "R" }.count > report.samples.count / 2)
+        let hottest = try #require(report.hottestStack)
+        #expect(hottest.samples * 2 > hottest.of)
+        #expect(report.signature?.count == 16)
+    }
+
+    @Test func aSleepAndABlockingReadAreBlocked() throws {
+        let (_, sleeping) = try stall { _ in stallmonTestSleep(milliseconds: 300) }
+        let (_, reading) = try stall { _ in stallmonTestBlockingRead(milliseconds: 300) }
+        for report in [sleeping.first, reading.first] {
+            let report = try #require(report)
+            #expect(report.stallClass == .blocked, "\(String(describing: report.threadStats))")
+            #expect((report.threadStats?.sleepMs ?? 0) > 150, "\(String(describing: report.threadStats)) \(report.durationMs)")
+            #expect(report.samples.allSatisfy { $0.state == "S" || $0.state == "D" })
+        }
+        #expect(reading.first?.topFrame?.symbol.contains("stallmonTestBlockingRead") == true)
+    }
+
+    @Test func samplingInterruptsSleepsThatAreNotRetried() throws {
+        // The documented cost of signal-based sampling: nanosleep is never restarted (SA_RESTART does not apply),
+        // so a sleep that ignores EINTR ends early once the stall is being sampled. read(2) is restarted.
+        let slept = Mutex<UInt64>(0)
+        _ = try stall { _ in
+            let start = MonotonicInstant.now()
+            var request = timespec(tv_sec: 0, tv_nsec: 300_000_000)
+            _ = nanosleep(&request, nil)
+            slept.withLock { $0 = MonotonicInstant.now().nanoseconds(since: start) }
+        }
+        #expect(slept.withLock { $0 } < 250_000_000, "the first sample interrupted the sleep")
+    }
+
+    @Test func aRunnableLoopThatGetsNoCPUIsStarved() throws {
+        // Three CPU hogs at nice 0 on this 2-core machine against a loop thread at nice 19: the loop's work is
+        // wall-time bounded, so it spends the stall runnable but waiting.
+        let stop = Atomic<Bool>(false)
+        let hogCount = max(3, ProcessInfo.processInfo.activeProcessorCount + 1)
+        let running = Atomic<Int>(0)
+        for _ in 0..<hogCount {
+            Thread.detachNewThread {
+                running.wrappingAdd(1, ordering: .relaxed)
+                var x: UInt64 = 1
+                while !stop.load(ordering: .relaxed) { x = x &* 6364136223846793005 &+ 1 }
+                _ = x
+                running.wrappingAdd(-1, ordering: .relaxed)
+            }
+        }
+        defer {
+            stop.store(true, ordering: .relaxed)
+            _ = eventually { running.load(ordering: .relaxed) == 0 }
+        }
+        let (_, reports) = try stall { _ in
+            setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(cstallmon_gettid()), 19)
+            _ = stallmonTestBusySpin(milliseconds: 400)
+            setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(cstallmon_gettid()), 0)
+        }
+        let report = try #require(reports.first)
+        #expect(report.stallClass == StallClass.starved, "\(String(describing: report.threadStats))")
+        #expect((report.threadStats?.runDelayMs ?? 0) > (report.threadStats?.cpuMs ?? 0))
+    }
+
+    @Test func annotationsOfTheStalledIterationAreInItsReport() throws {
+        let (_, reports) = try stall { monitor in
+            monitor.annotate("request.id", "req-42")
+            monitor.annotate("route", "/orders")
+            _ = stallmonTestBusySpin(milliseconds: 150)
+        }
+        #expect(reports.first?.annotations == ["request.id": "req-42", "route": "/orders"])
+    }
+
+    @Test func theRateLimitKeepsNReportsPerSignatureAndCountsTheRest() throws {
+        let directory = makeTemporaryDirectory()
+        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        configuration.maxReportsPerSignaturePerHour = 2
+        let loop = try Looper(name: "limited")
+        let monitor = try StallMonitor(loop: loop, configuration: configuration)
+        monitor.start()
+        postChainedSpins(loop, count: 5, milliseconds: 80)
+        loop.run(for: .milliseconds(900))
+        monitor.stop()
+        #expect(monitor.statistics.stallsDetected == 5)
+        #expect(readReports(directory).count == 2)
+        #expect(monitor.statistics.reportsSuppressed == 3)
+        let log = try String(contentsOfFile: directory + "/events.jsonl", encoding: .utf8)
+        let ends = log.split(separator: "\n").compactMap { try? JSONDecoder().decode(StallEvent.self, from: Data($0.utf8)) }
+            .filter { $0.event == "stall.end" }
+        #expect(ends.count == 5)
+        #expect(ends.filter { $0.suppressed == true }.count == 3)
+        #expect(Set(ends.compactMap(\.signature)).count == 1)
+    }
+}
