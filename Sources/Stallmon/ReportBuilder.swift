@@ -64,15 +64,11 @@ struct ReportBuilder {
                 state: sample.threadState.map { String($0) }, idle: idle ? true : nil))
         }
 
-        let evidence = samples.filter { $0.status == .ok && $0.idle != true && !$0.frames.isEmpty }.map(\.frames)
-        let tree = StallAggregation.callTree(evidence, frames: frames)
-        let hottest = StallAggregation.hottestStack(tree, total: evidence.count)
-        var topFrame = topCounts.values.sorted { ($0.count, -$0.first) > ($1.count, -$1.first) }.first?.summary
-        if let hottest, let innermostInApp = hottest.frames.first(where: { frames[$0].inApp }) {
-            let frame = frames[innermostInApp]
-            topFrame = StallReport.FrameSummary(symbol: StallAggregation.key(frame), module: frame.module,
-                                                file: frame.file, line: frame.line)
-        }
+        let analysis = StallAggregation.analyze(frames: frames, samples: samples)
+        let tree = analysis.tree
+        let hottest = analysis.hottest
+        let topFrame = analysis.topFrame
+            ?? topCounts.values.sorted { ($0.count, -$0.first) > ($1.count, -$1.first) }.first?.summary
         pauses.sort()
         let captures = StallReport.CaptureCounts(
             attempted: snapshot.samples.count,
@@ -93,7 +89,7 @@ struct ReportBuilder {
             samples: samples, frames: frames, images: symbolicator.images,
             stallClass: snapshot.threadClass, threadStats: snapshot.threadFigures,
             frozenMs: snapshot.frozenNanoseconds > 0 ? Double(snapshot.frozenNanoseconds) / 1e6 : nil,
-            signature: hottest.map { StallAggregation.signature($0.frames, frames: frames) },
+            signature: analysis.signature,
             hottestStack: hottest, callTree: tree, annotations: snapshot.annotations.isEmpty ? nil : snapshot.annotations)
     }
 

@@ -18,6 +18,22 @@ public struct HottestStack: Codable, Sendable, Equatable {
 }
 
 enum StallAggregation {
+    /// Call tree, hottest stack, top in-app frame (innermost in-app frame of the hottest stack) and signature of
+    /// a stall's samples. Failed captures and samples of the loop idle in epoll are no evidence.
+    static func analyze(frames: [StallReport.Frame], samples: [StallReport.Sample])
+        -> (tree: [CallTreeNode], hottest: HottestStack?, topFrame: StallReport.FrameSummary?, signature: String?)
+    {
+        let evidence = samples.filter { $0.status == .ok && $0.idle != true && !$0.frames.isEmpty }.map(\.frames)
+        let tree = callTree(evidence, frames: frames)
+        let hottest = hottestStack(tree, total: evidence.count)
+        var top: StallReport.FrameSummary?
+        if let hottest, let innermostInApp = hottest.frames.first(where: { frames[$0].inApp }) {
+            let frame = frames[innermostInApp]
+            top = StallReport.FrameSummary(symbol: key(frame), module: frame.module, file: frame.file, line: frame.line)
+        }
+        return (tree, hottest, top, hottest.map { signature($0.frames, frames: frames) })
+    }
+
     /// The function a frame belongs to: its symbol, or module+offset when it has none. Addresses play no part,
     /// so the key is the same across runs and ASLR.
     static func key(_ frame: StallReport.Frame) -> String {

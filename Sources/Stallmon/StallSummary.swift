@@ -15,8 +15,22 @@ public struct StallSummary: Codable, Sendable, Equatable {
     public var firstStart: String?
     public var lastStart: String?
     public var loops: [String]
-    /// Groups by top in-app frame, most stalls first.
+    /// Stalls per class (`cpu`, `blocked`, `starved`, `unknown`).
+    public var classes: [String: Int]
+    /// Stalls that got no report of their own (rate limit), as counted by the reports that followed them.
+    public var suppressed: Int
+    /// Durations in fixed buckets (ms): [0,100) [100,200) [200,500) [500,1000) [1000,2000) [2000,5000)
+    /// [5000,10000) [10000,∞).
+    public var histogram: [Bucket]
+    /// Groups by signature (or top in-app frame for reports without one), most stalls first.
     public var groups: [Group]
+
+    public struct Bucket: Codable, Sendable, Equatable {
+        public var lowerMs: Double
+        /// nil for the last, open bucket.
+        public var upperMs: Double?
+        public var count: Int
+    }
 
     public struct Percentiles: Codable, Sendable, Equatable {
         public var p50: Double
@@ -27,6 +41,12 @@ public struct StallSummary: Codable, Sendable, Equatable {
     }
 
     public struct Group: Codable, Sendable, Equatable {
+        /// The stall signature shared by the group's reports, if they have one.
+        public var signature: String?
+        /// The most common class in the group.
+        public var stallClass: StallClass?
+        /// Stalls of this signature that got no report (rate limit).
+        public var suppressed: Int
         /// The top in-app frame's symbol, or "<no in-app frame>".
         public var topFrame: String
         public var file: String?
@@ -40,7 +60,15 @@ public struct StallSummary: Codable, Sendable, Equatable {
         public var reportIds: [String]
         /// The longest stall's report, to open with `stallmon show`.
         public var example: String
+
+        enum CodingKeys: String, CodingKey {
+            case signature
+            case stallClass = "class"
+            case suppressed, topFrame, file, line, count, totalMs, maxMs, p50Ms, loops, reportIds, example
+        }
     }
+
+    public static let bucketEdges: [Double] = [0, 100, 200, 500, 1000, 2000, 5000, 10000]
 
     /// Summarizes `reports` (path and report).
     public init(directory: String, reports: [(path: String, report: StallReport)], unreadable: Int) {
@@ -58,15 +86,33 @@ public struct StallSummary: Codable, Sendable, Equatable {
         lastStart = starts.last
         loops = Array(Set(reports.map(\.report.loop))).sorted()
 
+        var classCounts: [String: Int] = [:]
+        for entry in reports { classCounts[(entry.report.stallClass ?? .unknown).rawValue, default: 0] += 1 }
+        classes = classCounts
+        suppressed = reports.reduce(0) { $0 + ($1.report.suppressedBefore ?? 0) }
+        histogram = Self.bucketEdges.enumerated().map { index, lower in
+            let upper = index + 1 < Self.bucketEdges.count ? Self.bucketEdges[index + 1] : nil
+            return Bucket(lowerMs: lower, upperMs: upper,
+                          count: durations.filter { $0 >= lower && (upper == nil || $0 < upper!) }.count)
+        }
+
         var buckets: [String: [(path: String, report: StallReport)]] = [:]
         for entry in reports {
-            buckets[entry.report.topFrame?.symbol ?? Self.noInAppFrame, default: []].append(entry)
+            let key = entry.report.signature ?? ("frame:" + (entry.report.topFrame?.symbol ?? Self.noInAppFrame))
+            buckets[key, default: []].append(entry)
         }
-        groups = buckets.map { key, members in
+        groups = buckets.values.map { members in
             let sorted = members.map(\.report.durationMs).sorted()
             let longest = members.max { $0.report.durationMs < $1.report.durationMs }!
-            return Group(topFrame: key, file: members.first?.report.topFrame?.file,
-                         line: members.first?.report.topFrame?.line, count: members.count,
+            var classVotes: [StallClass: Int] = [:]
+            for member in members { classVotes[member.report.stallClass ?? .unknown, default: 0] += 1 }
+            let majority = classVotes.max { ($0.value, $0.key.rawValue) < ($1.value, $1.key.rawValue) }?.key
+            let stallClass = members.contains { $0.report.stallClass != nil } ? majority : nil
+            let top = longest.report.topFrame ?? members.first { $0.report.topFrame != nil }?.report.topFrame
+            return Group(signature: members.first?.report.signature, stallClass: stallClass,
+                         suppressed: members.reduce(0) { $0 + ($1.report.suppressedBefore ?? 0) },
+                         topFrame: top?.symbol ?? Self.noInAppFrame, file: top?.file,
+                         line: top?.line, count: members.count,
                          totalMs: sorted.reduce(0, +), maxMs: sorted.last ?? 0,
                          p50Ms: Self.percentile(sorted, 0.5), loops: Array(Set(members.map(\.report.loop))).sorted(),
                          reportIds: members.map(\.report.id), example: longest.path)

@@ -173,7 +173,8 @@ final class Watchdog: Sendable {
                                                                               end - snapshot.since)
                     snapshot.ongoing = false
                     snapshot.annotations.merge(annotations.values(for: iteration)) { _, new in new }
-                    describeThread(&snapshot, baseline: baseline, now: now, tid: boundThread)
+                    describeThread(&snapshot, baseline: baseline, now: now, tid: boundThread,
+                                   end: snapshot.durationExact ? end : nil)
                     stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
                     writer.submit(.finish(snapshot))
                     current = nil
@@ -193,11 +194,15 @@ final class Watchdog: Sendable {
     }
 
     /// Fills in where the loop thread's time went since the baseline, and the class that follows.
-    private func describeThread(_ snapshot: inout StallSnapshot, baseline: Baseline?, now: UInt64, tid: Int32) {
+    /// `end` is the loop's own end of the iteration when known: the time after it, until the watchdog looked, the
+    /// loop was idle in epoll and is not part of the stall.
+    private func describeThread(_ snapshot: inout StallSnapshot, baseline: Baseline?, now: UInt64, tid: Int32,
+                                end: UInt64? = nil) {
         guard let baseline, let stats = ThreadStats.read(tid: tid), now > baseline.at else { return }
-        let wall = now - baseline.at - min(snapshot.frozenNanoseconds, now - baseline.at)
+        var wall = now - baseline.at - min(snapshot.frozenNanoseconds, now - baseline.at)
         let cpu = min(stats.cpuNanoseconds &- baseline.stats.cpuNanoseconds, wall)
         let delay = min(stats.runDelayNanoseconds &- baseline.stats.runDelayNanoseconds, wall - cpu)
+        if let end, now > end { wall -= min(now - end, wall - cpu - delay) }  // the idle tail was asleep time
         snapshot.threadFigures = StallReport.ThreadFigures(
             windowMs: Double(wall) / 1e6, cpuMs: Double(cpu) / 1e6, runDelayMs: Double(delay) / 1e6,
             sleepMs: Double(wall - cpu - delay) / 1e6,

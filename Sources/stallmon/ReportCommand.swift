@@ -8,9 +8,15 @@ struct ReportCommand: ParsableCommand {
         commandName: "report",
         abstract: "Summarize the stall reports in a directory.",
         discussion: """
-            Prints the number of stalls, p50/p90/p99/max duration, and stalls grouped by their top in-app frame \
-            (the innermost frame of your own code). Unreadable files are skipped with one warning each on \
-            standard error. With --format json, prints one object of schema stallmon.summary/1 (see README).
+            Prints the number of stalls, p50/p90/p99/max duration, a histogram of durations, and stalls grouped by \
+            signature (the same innermost in-app functions of the hottest stack), each with its class (cpu, \
+            blocked, starved) and top in-app frame with file:line. Unreadable files are skipped with one warning \
+            each on standard error. With --format json, prints one object of schema stallmon.summary/1 (see \
+            README). --folded writes all samples as folded stacks (flamegraph.pl, speedscope); --html writes a \
+            self-contained page with the histogram, the groups and an interactive flame graph.
+
+            --since and --until take an ISO 8601 time (2026-11-22T10:00:00Z, 2026-11-22) or an age: 90s, 30m, \
+            1h, 2d, 1w (ago).
 
             Exit status: 0 when the directory could be read (even if it holds no stalls), 1 when it could not, or \
             when every report in it was unreadable.
@@ -25,10 +31,27 @@ struct ReportCommand: ParsableCommand {
     @Option(help: "Show at most this many groups.")
     var top: Int = 20
 
+    @Option(help: "Only stalls that started at or after this time (ISO 8601 or an age like 1h).")
+    var since: String?
+
+    @Option(help: "Only stalls that started before this time (ISO 8601 or an age like 10m).")
+    var until: String?
+
+    @Option(help: "Only stalls of this loop.")
+    var loop: String?
+
+    @Option(help: "Also write the samples as folded stacks to this file.")
+    var folded: String?
+
+    @Option(help: "Also write a self-contained HTML report (histogram, groups, flame graph) to this file.")
+    var html: String?
+
     @OptionGroup var config: ConfigOptions
 
     func validate() throws {
         guard top > 0 else { throw ValidationError("--top must be at least 1") }
+        if let since { _ = try TimeBound.parse(since, option: "--since") }
+        if let until { _ = try TimeBound.parse(until, option: "--until") }
     }
 
     func run() throws {
@@ -41,7 +64,17 @@ struct ReportCommand: ParsableCommand {
             throw ExitCode(1)
         }
         for problem in scan.problems { warn("skipped \(problem.description)") }
-        var summary = StallSummary(directory: directory, reports: scan.reports, unreadable: scan.problems.count)
+        let lower = try since.map { try TimeBound.parse($0, option: "--since") }
+        let upper = try until.map { try TimeBound.parse($0, option: "--until") }
+        let selected = scan.reports.filter { entry in
+            if let loop, entry.report.loop != loop { return false }
+            guard lower != nil || upper != nil else { return true }
+            guard let start = TimeBound.date(entry.report.start.wall) else { return false }
+            if let lower, start < lower { return false }
+            if let upper, start >= upper { return false }
+            return true
+        }
+        var summary = StallSummary(directory: directory, reports: selected, unreadable: scan.problems.count)
         summary.groups = Array(summary.groups.prefix(top))
         switch format {
         case .json:
@@ -51,7 +84,47 @@ struct ReportCommand: ParsableCommand {
         case .text:
             print(SummaryText.render(summary), terminator: "")
         }
+        let reports = selected.map(\.report)
+        if let folded {
+            try write(StallProfile.folded(reports), to: folded)
+        }
+        if let html {
+            try write(try HTMLReport.render(summary: summary, flame: StallProfile.flameTree(reports)), to: html)
+        }
         if scan.reports.isEmpty && !scan.problems.isEmpty { throw ExitCode(1) }
+    }
+
+    private func write(_ text: String, to path: String) throws {
+        do {
+            try text.write(toFile: path, atomically: true, encoding: .utf8)
+        } catch {
+            warn("cannot write \(path): \(error.localizedDescription)")
+            throw ExitCode(1)
+        }
+    }
+}
+
+/// `--since` / `--until` values.
+enum TimeBound {
+    static func parse(_ text: String, option: String, now: Date = Date()) throws -> Date {
+        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
+        if let unit = text.last, let seconds = units[unit], let amount = Double(text.dropLast()), amount >= 0 {
+            return now.addingTimeInterval(-amount * seconds)
+        }
+        if let date = date(text) { return date }
+        throw ValidationError("\(option) \(text): expected an ISO 8601 time (2026-11-22T10:00:00Z, 2026-11-22) "
+            + "or an age (90s, 30m, 1h, 2d, 1w)")
+    }
+
+    static func date(_ text: String) -> Date? {
+        let precise = ISO8601DateFormatter()
+        precise.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = precise.date(from: text) { return date }
+        let plain = ISO8601DateFormatter()
+        if let date = plain.date(from: text) { return date }
+        let day = ISO8601DateFormatter()
+        day.formatOptions = [.withFullDate]
+        return day.date(from: text)
     }
 }
 
@@ -60,23 +133,44 @@ enum SummaryText {
     static func render(_ summary: StallSummary) -> String {
         var out = "Stalls in \(summary.directory): \(summary.stalls)"
         if summary.ongoing > 0 { out += " (\(summary.ongoing) still ongoing when last written)" }
+        if summary.suppressed > 0 { out += ", \(summary.suppressed) more without a report (rate limit)" }
         if summary.unreadable > 0 { out += ", \(summary.unreadable) unreadable file(s) skipped" }
         out += "\n"
         guard let durations = summary.durationMs else { return out + "No stalls recorded.\n" }
         if let first = summary.firstStart, let last = summary.lastStart { out += "From \(first) to \(last)\n" }
         out += "Loops: \(summary.loops.joined(separator: ", "))\n"
         out += "Duration: p50 \(ms(durations.p50))  p90 \(ms(durations.p90))  p99 \(ms(durations.p99))  "
-            + "max \(ms(durations.max))  total \(ms(durations.total))\n\n"
+            + "max \(ms(durations.max))  total \(ms(durations.total))\n"
+        let classes = summary.classes.sorted { $0.value > $1.value }.map { "\($0.key) \($0.value)" }
+        if !classes.isEmpty { out += "Classes: \(classes.joined(separator: ", "))\n" }
+        out += "\n" + histogram(summary.histogram) + "\n"
         let rows = summary.groups.map { group -> [String] in
             var location = group.topFrame
             if let file = group.file, let line = group.line {
                 location += "  (\((file.split(separator: "/").last).map(String.init) ?? file):\(line))"
             }
-            return [String(group.count), ms(group.totalMs), ms(group.p50Ms), ms(group.maxMs), location]
+            let count = group.suppressed > 0 ? "\(group.count)+\(group.suppressed)" : String(group.count)
+            return [count, ms(group.totalMs), ms(group.p50Ms), ms(group.maxMs), group.stallClass?.rawValue ?? "-",
+                    group.signature.map { String($0.prefix(8)) } ?? "-", location]
         }
-        out += Table.render(header: ["COUNT", "TOTAL", "P50", "MAX", "TOP IN-APP FRAME"], rows: rows,
+        out += Table.render(header: ["COUNT", "TOTAL", "P50", "MAX", "CLASS", "SIG", "TOP IN-APP FRAME"], rows: rows,
                             rightAligned: [0, 1, 2, 3])
         return out
+    }
+
+    static func histogram(_ buckets: [StallSummary.Bucket]) -> String {
+        let widest = max(1, buckets.map(\.count).max() ?? 1)
+        let used = buckets.enumerated().filter { $0.element.count > 0 }.map(\.offset)
+        guard let first = used.first, let last = used.last else { return "" }
+        return buckets[first...last].map { bucket in
+            let label = bucket.upperMs.map { "\(short(bucket.lowerMs))–\(short($0))" } ?? "≥ \(short(bucket.lowerMs))"
+            let bar = String(repeating: "█", count: bucket.count == 0 ? 0 : max(1, bucket.count * 40 / widest))
+            return label.padding(toLength: 14, withPad: " ", startingAt: 0) + " " + bar + " \(bucket.count)"
+        }.joined(separator: "\n") + "\n"
+    }
+
+    private static func short(_ value: Double) -> String {
+        value >= 1000 ? "\(Int(value / 1000)) s" : "\(Int(value)) ms"
     }
 }
 

@@ -8,9 +8,10 @@ struct ShowCommand: ParsableCommand {
         commandName: "show",
         abstract: "Print one stall report with its most common stack.",
         discussion: """
-            Text output names the loop, thread, duration, what the loop was running, and the stack shared by most \
-            samples, innermost frame first; frames of your own code are marked with '>'. With --format json, \
-            prints the report itself (schema stallmon.report/1).
+            Text output names the loop, thread, duration, what the loop was running, why (cpu, blocked or starved, \
+            with where the thread's time went), the annotations, and the hottest stack (the path most samples \
+            share) innermost frame first with file:line; frames of your own code are marked with '>'. With \
+            --format json, prints the report itself (schema stallmon.report/1).
 
             Exit status: 0 when every named report was shown, 1 otherwise.
             """)
@@ -65,9 +66,35 @@ enum ReportText {
         if captures.timedOut > 0 { out += ", \(captures.timedOut) timed out" }
         if let median = captures.pauseMedianUs { out += "; loop paused \(String(format: "%.1f", median)) µs median" }
         out += "\n"
+        if let stallClass = report.stallClass {
+            out += "  why:      \(stallClass.rawValue)"
+            if let figures = report.threadStats {
+                out += String(format: " — of %.1f ms watched: on CPU %.1f ms, waiting for a CPU %.1f ms, asleep %.1f ms; "
+                              + "%d voluntary / %d involuntary switches", figures.windowMs, figures.cpuMs,
+                              figures.runDelayMs, figures.sleepMs, figures.voluntarySwitches,
+                              figures.involuntarySwitches)
+            }
+            out += "\n"
+        }
+        if let frozen = report.frozenMs { out += "  frozen:   \(ms(frozen)) of process freeze excluded\n" }
+        if let signature = report.signature { out += "  group:    signature \(signature)\n" }
+        if let suppressed = report.suppressedBefore, suppressed > 0 {
+            out += "  also:     \(suppressed) earlier stall(s) of this signature got no report (rate limit)\n"
+        }
+        for (key, value) in (report.annotations ?? [:]).sorted(by: { $0.key < $1.key }) {
+            out += "  \(key): \(value)\n"
+        }
 
-        guard let (stack, count) = mostCommonStack(report) else { return out + "\n  (no stack captured)\n" }
-        out += "\nStack shared by \(count) of \(report.samples.count) samples, innermost first:\n"
+        let stack: [Int]
+        if let hottest = report.hottestStack, !hottest.frames.isEmpty {
+            stack = hottest.frames
+            out += "\nHottest stack, shared by \(hottest.samples) of \(hottest.of) samples, innermost first:\n"
+        } else if let (common, count) = mostCommonStack(report) {
+            stack = common
+            out += "\nStack shared by \(count) of \(report.samples.count) samples, innermost first:\n"
+        } else {
+            return out + "\n  (no stack captured)\n"
+        }
         for (depth, index) in stack.enumerated() {
             guard index < report.frames.count else { continue }
             let frame = report.frames[index]

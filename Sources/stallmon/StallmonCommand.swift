@@ -14,7 +14,7 @@ struct StallmonCommand: ParsableCommand {
             Exit codes: 0 success; 1 nothing could be read or the command failed; 64 invalid arguments or \
             configuration.
             """,
-        subcommands: [DemoCommand.self, ReportCommand.self, ShowCommand.self, TailCommand.self, UploadCommand.self])
+        subcommands: [DemoCommand.self, ReportCommand.self, ShowCommand.self, TailCommand.self, UploadCommand.self, SymbolicateCommand.self])
 }
 
 /// `--config FILE`: where defaults for the report directory and the event log come from.

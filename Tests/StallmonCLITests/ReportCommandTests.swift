@@ -100,7 +100,7 @@ struct ReportCommandTests {
         let parse = summary.groups[0]
         #expect(parse.loops == ["main"])
         #expect(parse.file == "/src/App/Worker.swift")
-        #expect(parse.line == 40)  // the first (oldest) member's line
+        #expect(parse.line == 42)  // the longest member's line (the group's `example`)
         #expect(summary.groups[1].loops == ["io"])
         let noFrame = summary.groups[2]
         #expect(noFrame.file == nil)
@@ -125,7 +125,7 @@ struct ReportCommandTests {
         let rows = Array(lines[(header + 1)...])
         #expect(rows.count == 4, "\(result)")
         let expected: [(count: String, total: String, max: String, frame: String)] = [
-            ("4", "1.65 s", "900.0 ms", "App.Config.parse()  (Worker.swift:40)"),
+            ("4", "1.65 s", "900.0 ms", "App.Config.parse()  (Worker.swift:42)"),
             ("3", "2.93 s", "2.50 s", "App.Renderer.render()  (Worker.swift:41)"),
             ("2", "810.0 ms", "700.0 ms", StallSummary.noInAppFrame),
             ("1", "1.20 s", "1.20 s", "App.Log.flush()  (Worker.swift:46)"),

@@ -72,12 +72,15 @@ struct StallSummaryTests {
         let object = try #require(try JSONSerialization.jsonObject(with: JSONEncoder().encode(summary))
             as? [String: Any])
         #expect(Set(object.keys) == ["schema", "directory", "stalls", "ongoing", "unreadable", "durationMs",
-                                     "firstStart", "lastStart", "loops", "groups"])
+                                     "firstStart", "lastStart", "loops", "classes", "suppressed", "histogram", "groups"])
         #expect(object["schema"] as? String == "stallmon.summary/1")
         let durations = try #require(object["durationMs"] as? [String: Any])
         #expect(Set(durations.keys) == ["p50", "p90", "p99", "max", "total"])
         let group = try #require((object["groups"] as? [[String: Any]])?.first)
+        // `signature` and `class` are omitted when the reports carry none (as these fixtures).
         #expect(Set(group.keys) == ["topFrame", "file", "line", "count", "totalMs", "p50Ms", "maxMs", "loops",
-                                    "reportIds", "example"])
+                                    "reportIds", "example", "suppressed"])
+        let buckets = try #require(object["histogram"] as? [[String: Any]])
+        #expect(buckets.count == StallSummary.bucketEdges.count)
     }
 }

@@ -40,8 +40,11 @@ struct StallAnalysisTests {
     @Test func aBusyLoopIsCPU() throws {
         let (_, reports) = try stall { _ in _ = stallmonTestBusySpin(milliseconds: 300) }
         let report = try #require(reports.first)
-        #expect(report.stallClass == .cpu, "\(String(describing: report.threadStats))")
-        #expect((report.threadStats?.cpuMs ?? 0) > 150)
+        // Computing: on a CPU, or waiting for one when other tests load this 2-core machine (then `starved` is the
+        // right answer); never asleep.
+        let figures = try #require(report.threadStats)
+        #expect(report.stallClass == .cpu || report.stallClass == .starved, "\(figures)")
+        #expect(figures.sleepMs < figures.cpuMs + figures.runDelayMs, "\(figures)")
         #expect(report.samples.filter { $0.state == "R" }.count > report.samples.count / 2)
         let hottest = try #require(report.hottestStack)
         #expect(hottest.samples * 2 > hottest.of)

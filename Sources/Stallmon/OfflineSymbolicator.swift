@@ -1,0 +1,95 @@
+import CStallmonSymbols
+import Foundation
+
+/// Re-symbolicates a report away from the process that wrote it, from the report's image list: each image is found
+/// by build id in the debug directories (`DIR/.build-id/xx/yyyy.debug`, the layout of Debian's -dbgsym packages and
+/// `objcopy --only-keep-debug`), then at its recorded path if its build id matches, then in /usr/lib/debug. Frames
+/// whose image cannot be found keep what they had. NOT thread-safe.
+public struct OfflineSymbolicator {
+    public let debugDirectories: [String]
+
+    public init(debugDirectories: [String]) {
+        self.debugDirectories = debugDirectories
+    }
+
+    /// What happened to each image.
+    public struct Outcome: Sendable {
+        public var report: StallReport
+        /// Image path → file used, or nil when none was found.
+        public var sources: [String: String?]
+    }
+
+    public func symbolicate(_ report: StallReport) -> Outcome {
+        var report = report
+        var sources: [String: String?] = [:]
+        var usable: [Int: OpaquePointer] = [:]
+        defer { usable.values.forEach { cstallmon_symbolizer_destroy($0) } }
+        for (index, image) in report.images.enumerated() where report.frames.contains(where: { $0.image == index }) {
+            guard let bias = UInt(image.loadBias.dropFirst(2), radix: 16) else { continue }
+            var chosen: String?
+            for candidate in candidates(for: image) where FileManager.default.fileExists(atPath: candidate) {
+                guard let symbolizer = cstallmon_symbolizer_create_offline(nil) else { break }
+                if cstallmon_symbolizer_add_module(symbolizer, candidate, bias) == 0 {
+                    usable[index] = symbolizer
+                    chosen = candidate
+                    break
+                }
+                cstallmon_symbolizer_destroy(symbolizer)
+            }
+            sources[image.path] = chosen
+        }
+        for position in report.frames.indices {
+            let frame = report.frames[position]
+            guard let image = frame.image, let symbolizer = usable[image],
+                  let bias = UInt(report.images[image].loadBias.dropFirst(2), radix: 16),
+                  let offsetText = frame.offset, let offset = UInt(offsetText.dropFirst(2), radix: 16) else { continue }
+            var symbol = cstallmon_symbol()
+            guard cstallmon_symbolize(symbolizer, bias + offset, &symbol) == 1 else { continue }
+            if let raw = symbol.symbol {
+                report.frames[position].symbol = Symbolicator.demangle(String(cString: raw))
+                report.frames[position].symbolOffset = Int(symbol.symbol_offset)
+            }
+            if let file = symbol.source_file, symbol.line > 0 {
+                report.frames[position].file = String(cString: file)
+                report.frames[position].line = Int(symbol.line)
+            }
+        }
+        let analysis = StallAggregation.analyze(frames: report.frames, samples: report.samples)
+        report.callTree = analysis.tree
+        report.hottestStack = analysis.hottest
+        report.topFrame = analysis.topFrame ?? report.topFrame
+        report.signature = analysis.signature
+        return Outcome(report: report, sources: sources)
+    }
+
+    /// Where to look for an image's symbols, best first.
+    func candidates(for image: ImageInfo) -> [String] {
+        var paths: [String] = []
+        if let buildId = image.buildId, buildId.count > 2 {
+            let relative = ".build-id/\(buildId.prefix(2))/\(buildId.dropFirst(2)).debug"
+            paths += debugDirectories.map { ($0.hasSuffix("/") ? $0 : $0 + "/") + relative }
+        }
+        if !image.path.isEmpty && image.path.hasPrefix("/") && buildIdMatches(path: image.path, expected: image.buildId) {
+            paths.append(image.path)
+        }
+        if let buildId = image.buildId, buildId.count > 2 {
+            paths.append("/usr/lib/debug/.build-id/\(buildId.prefix(2))/\(buildId.dropFirst(2)).debug")
+        }
+        return paths
+    }
+
+    /// True when the file at `path` carries `expected` as its GNU build id (or no id is recorded to compare).
+    private func buildIdMatches(path: String, expected: String?) -> Bool {
+        guard let expected else { return true }
+        guard let data = FileManager.default.contents(atPath: path) else { return false }
+        // The note is near the start of the file; compare raw bytes rather than parse the ELF.
+        var needle: [UInt8] = []
+        var digits = expected[...]
+        while digits.count >= 2, let byte = UInt8(digits.prefix(2), radix: 16) {
+            needle.append(byte)
+            digits = digits.dropFirst(2)
+        }
+        guard !needle.isEmpty else { return false }
+        return data.prefix(1 << 20).range(of: Data(needle)) != nil
+    }
+}
