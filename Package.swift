@@ -67,6 +67,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The benchmarks behind README "Performance" (run through scripts/bench.sh, release build).
+        .executableTarget(
+            name: "stallmon-bench",
+            dependencies: [
+                "Stallmon", "StallmonLoop", "CStallmonCapture",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .testTarget(name: "StallmonLoopTests", dependencies: ["StallmonLoop"]),
         .testTarget(
             name: "StallmonTests",

@@ -18,10 +18,10 @@ public struct FileError: Error, CustomStringConvertible, Sendable {
 }
 
 /// Crash-safe file writes: readers see the old file or the new one, never a torn one.
-enum AtomicFile {
+public enum AtomicFile {
     /// Writes `bytes` to `path` via a temporary file in the same directory: write all, fsync, rename over `path`,
     /// fsync the directory. The file gets `mode` (default 0600). On failure the temporary file is removed.
-    static func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o600) throws(FileError) {
+    public static func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o600) throws(FileError) {
         let directory = parentDirectory(of: path)
         let name = path.split(separator: "/").last.map(String.init) ?? path
         let temporary = directory + "/.tmp-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
@@ -71,7 +71,7 @@ enum AtomicFile {
     }
 
     /// Creates `path` and missing parents with `mode` (0700). Existing directories are left as they are.
-    static func createDirectory(_ path: String, mode: mode_t = 0o700) throws(FileError) {
+    public static func createDirectory(_ path: String, mode: mode_t = 0o700) throws(FileError) {
         var isDirectory = stat()
         if stat(path, &isDirectory) == 0 {
             guard (isDirectory.st_mode & S_IFMT) == S_IFDIR else {

@@ -26,7 +26,7 @@ public struct Spool: Sendable {
     }
 
     /// Queues the report at `reportPath` (a file in the report directory) for upload.
-    func enqueue(reportPath: String) throws(FileError) {
+    public func enqueue(reportPath: String) throws(FileError) {
         try prepare()
         let name = reportPath.split(separator: "/").last.map(String.init) ?? reportPath
         let temporary = "\(pendingDirectory)/.tmp-\(name)-\(UInt32.random(in: 0...UInt32.max))"

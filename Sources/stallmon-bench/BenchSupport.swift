@@ -1,0 +1,130 @@
+import CStallmonCapture
+import Foundation
+import StallmonLoop
+import Synchronization
+
+/// One measured figure; `peer` holds the same figure for the tool named in `peerName`, measured in the same run.
+struct Figure: Codable {
+    var section: String
+    var name: String
+    var value: Double
+    var unit: String
+    var peerName: String?
+    var peer: Double?
+    /// ours / peer or peer / ours, as `ratioMeaning` says.
+    var ratio: Double?
+    var ratioMeaning: String?
+    var target: String?
+    var note: String?
+}
+
+/// Collects figures and prints them as a table.
+final class Results {
+    private(set) var figures: [Figure] = []
+
+    func add(_ figure: Figure) {
+        figures.append(figure)
+        print(Results.row(figure))
+    }
+
+    static func row(_ figure: Figure) -> String {
+        var text = "  " + figure.name.padding(toLength: 52, withPad: " ", startingAt: 0)
+            + format(figure.value, figure.unit).padding(toLength: 16, withPad: " ", startingAt: 0)
+        if let peer = figure.peer, let name = figure.peerName {
+            text += "\(name) \(format(peer, figure.unit))".padding(toLength: 26, withPad: " ", startingAt: 0)
+        }
+        if let ratio = figure.ratio, let meaning = figure.ratioMeaning {
+            text += String(format: "%.4g", ratio) + " " + meaning + "  "
+        }
+        if let target = figure.target { text += "[target \(target)]" }
+        return text
+    }
+
+    static func format(_ value: Double, _ unit: String) -> String {
+        switch unit {
+        case "ns": return String(format: "%.1f ns", value)
+        case "us": return String(format: "%.1f µs", value)
+        case "ms": return String(format: "%.2f ms", value)
+        case "s": return String(format: "%.2f s", value)
+        case "%": return String(format: "%.2f %%", value)
+        case "MiB": return String(format: "%.2f MiB", value)
+        case "/s": return String(format: "%.0f /s", value)
+        default: return String(format: "%.4g %@", value, unit)
+        }
+    }
+}
+
+enum Stats {
+    static func median(_ values: [Double]) -> Double { percentile(values, 0.5) }
+
+    /// Nearest-rank percentile.
+    static func percentile(_ values: [Double], _ fraction: Double) -> Double {
+        guard !values.isEmpty else { return .nan }
+        let sorted = values.sorted()
+        let rank = Int((fraction * Double(sorted.count)).rounded(.up))
+        return sorted[min(max(rank, 1), sorted.count) - 1]
+    }
+}
+
+/// A mutable box for loop-thread-only counters in @Sendable closures.
+final class Box<Value>: @unchecked Sendable {
+    var value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+func nowNanoseconds() -> UInt64 { MonotonicInstant.now().nanoseconds }
+
+/// Resident set size of this process, bytes.
+func residentBytes() -> Double {
+    guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    let fields = text.split(separator: " ")
+    return (Double(fields.count > 1 ? fields[1] : "0") ?? 0) * Double(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+/// Runs a command, returns wall seconds, exit status and peak RSS (MiB) of the child.
+@discardableResult
+func timeCommand(_ arguments: [String], stdout: FileHandle? = FileHandle.nullDevice) throws
+    -> (seconds: Double, status: Int32, peakMiB: Double)
+{
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = arguments
+    process.standardOutput = stdout
+    process.standardError = FileHandle.nullDevice
+    let start = nowNanoseconds()
+    try process.run()
+    var status: Int32 = 0
+    var usage = rusage()
+    _ = wait4(process.processIdentifier, &status, 0, &usage)
+    let seconds = Double(nowNanoseconds() - start) / 1e9
+    return (seconds, (status >> 8) & 0xff, Double(usage.ru_maxrss) / 1024)
+}
+
+/// Spins for `milliseconds` of wall time; never inlined, so stacks show it.
+@inline(never)
+func benchSpin(milliseconds: Double) -> UInt64 {
+    let end = nowNanoseconds() + UInt64(milliseconds * 1e6)
+    var accumulator: UInt64 = 1
+    while nowNanoseconds() < end {
+        for value in 0..<200 { accumulator = accumulator &* 6364136223846793005 &+ UInt64(value) }
+    }
+    return accumulator
+}
+
+/// A flag another thread sets to end a spin.
+final class StopFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+    func set() { flag.store(true, ordering: .relaxed) }
+    var isSet: Bool { flag.load(ordering: .relaxed) }
+}
+
+/// Recurses `depth` frames, then spins until `stop` is set: a thread stalled in a known, deep stack.
+@inline(never)
+func benchDescend(_ depth: Int, stop: StopFlag) -> Int {
+    if depth == 0 {
+        var spins = 0
+        while !stop.isSet { spins &+= 1 }
+        return spins
+    }
+    return benchDescend(depth - 1, stop: stop) &+ depth  // not a tail call: every frame stays on the stack
+}

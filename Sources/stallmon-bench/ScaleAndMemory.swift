@@ -1,0 +1,186 @@
+import Foundation
+import Logging
+import Stallmon
+import StallmonLoop
+
+/// A real report from a real stall in this process: the template for the scale figures.
+func makeTemplateReport(scratch: String, logger: Logger) throws -> [UInt8] {
+    let directory = scratch + "/template"
+    let loop = try Looper(name: "template")
+    let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                     reportDirectory: directory), logger: logger)
+    monitor.start()
+    loop.perform(label: "template") { _ = benchSpin(milliseconds: 120) }
+    loop.run(for: .milliseconds(400))
+    monitor.stop()
+    guard let first = try ReportReader.scan(directory: directory).reports.first else {
+        throw BenchError("no template report was written")
+    }
+    return Array(try Data(contentsOf: URL(fileURLWithPath: first.path)))
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Writes `count` copies of `template` with distinct ids and start times (byte substitution, no fsync: test data).
+func writeCopies(of template: [UInt8], count: Int, into directory: String) throws {
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let report = try ReportReader.decode(Data(template), path: "template")
+    let text = String(decoding: template, as: UTF8.self)
+    for index in 0..<count {
+        let id = String(format: "%08x-0000-4000-8000-%012x", index, index)
+        let second = index % 60
+        let minute = (index / 60) % 60
+        let hour = (index / 3600) % 24
+        let day = 1 + (index / 86_400) % 28
+        let wall = String(format: "2026-10-%02dT%02d:%02d:%02d.000Z", day, hour, minute, second)
+        let copy = text.replacingOccurrences(of: report.id, with: id)
+            .replacingOccurrences(of: report.start.wall, with: wall)
+        let name = "\(directory)/stall-\(String(format: "%07d", index))-\(id.prefix(8)).json"
+        FileManager.default.createFile(atPath: name, contents: Data(copy.utf8))
+    }
+}
+
+// MARK: - 4. Reports and CLI scale
+
+struct ReportScale {
+    let quick: Bool
+    let scratch: String
+    let stallmon: String
+    let logger: Logger
+    let counts: [Int]
+
+    func run(_ results: Results) throws {
+        print("\n4. Reports and CLI scale")
+        let template = try makeTemplateReport(scratch: scratch, logger: logger)
+        results.add(Figure(section: "reports", name: "size of a typical report", value: Double(template.count) / 1024,
+                           unit: "KiB", note: "one 120 ms stall, 12 samples, with its image list"))
+        // Durable writes: temp file, fsync, rename, fsync the directory.
+        let writes = quick ? 100 : 500
+        let directory = scratch + "/writes"
+        try AtomicFile.createDirectory(directory)
+        let start = nowNanoseconds()
+        for index in 0..<writes { try AtomicFile.write(template, to: "\(directory)/stall-\(index).json") }
+        let perSecond = Double(writes) / (Double(nowNanoseconds() - start) / 1e9)
+        results.add(Figure(section: "reports", name: "atomic durable report writes", value: perSecond, unit: "/s"))
+
+        guard FileManager.default.isExecutableFile(atPath: stallmon) else {
+            print("  (skipping `stallmon report` scale: \(stallmon) not found)")
+            return
+        }
+        var previous: (count: Int, seconds: Double)?
+        for count in (quick ? counts.filter { $0 <= 10_000 } : counts) {
+            let reports = scratch + "/scale-\(count)"
+            try writeCopies(of: template, count: count, into: reports)
+            let timing = try timeCommand([stallmon, "report", reports, "--format", "json"])
+            results.add(Figure(section: "reports", name: "stallmon report over \(count) reports", value: timing.seconds,
+                               unit: "s", target: count == 100_000 ? "≤ 5 s" : nil,
+                               note: "peak RSS \(String(format: "%.0f", timing.peakMiB)) MiB, exit \(timing.status)"))
+            results.add(Figure(section: "reports", name: "  peak RSS over \(count) reports", value: timing.peakMiB,
+                               unit: "MiB"))
+            if let previous {
+                let growth = (timing.seconds / previous.seconds) / (Double(count) / Double(previous.count))
+                results.add(Figure(section: "reports", name: "  time growth vs linear (\(previous.count)→\(count))",
+                                   value: growth, unit: "×", note: "1.0 = linear"))
+            }
+            previous = (count, timing.seconds)
+            try? FileManager.default.removeItem(atPath: reports)
+        }
+    }
+}
+
+// MARK: - 5. Upload
+
+struct UploadThroughput {
+    let quick: Bool
+    let scratch: String
+    let receiver: String
+    let logger: Logger
+
+    func run(_ results: Results) throws {
+        print("\n5. Upload to a local collector (127.0.0.1)")
+        guard FileManager.default.fileExists(atPath: receiver) else {
+            print("  (skipping: \(receiver) not found)")
+            return
+        }
+        let count = quick ? 2_000 : 10_000
+        let template = try makeTemplateReport(scratch: scratch, logger: logger)
+        let directory = scratch + "/upload"
+        try writeCopies(of: template, count: count, into: directory)
+        let spool = Spool(reportDirectory: directory)
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasPrefix("stall-") {
+            try spool.enqueue(reportPath: directory + "/" + name)
+        }
+        let portFile = scratch + "/port"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", receiver, "--port-file", portFile, "--log", scratch + "/requests.jsonl",
+                             "--lifetime", "300", "--no-parse"]
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        defer {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        for _ in 0..<500 where !FileManager.default.fileExists(atPath: portFile) { usleep(10_000) }
+        guard let port = try? String(contentsOfFile: portFile, encoding: .utf8) else { throw BenchError("no receiver") }
+        var configuration = UploadConfiguration()
+        configuration.endpoint = "http://127.0.0.1:\(port)"
+        let uploader = try Uploader(spool: spool, configuration: configuration, logger: logger)
+        let start = nowNanoseconds()
+        let statistics = uploader.flush(deadline: .seconds(300))
+        let seconds = Double(nowNanoseconds() - start) / 1e9
+        results.add(Figure(section: "upload", name: "\(count) reports delivered (OTLP, gzip, batches of 100)",
+                           value: seconds, unit: "s", target: count == 10_000 ? "≤ 10 s" : nil,
+                           note: "delivered \(statistics.delivered), pending \(statistics.pending)"))
+        results.add(Figure(section: "upload", name: "upload throughput", value: Double(statistics.delivered) / seconds,
+                           unit: "/s"))
+        // Idle: the background thread with an empty spool.
+        uploader.start()
+        let before = processCPUSeconds()
+        let idleStart = nowNanoseconds()
+        sleep(quick ? 2 : 5)
+        let cpu = processCPUSeconds() - before
+        let wall = Double(nowNanoseconds() - idleStart) / 1e9
+        uploader.stop(deadline: .seconds(1))
+        results.add(Figure(section: "upload", name: "uploader CPU while idle (whole process)", value: cpu / wall * 100,
+                           unit: "%", target: "≈ 0"))
+    }
+
+    private func processCPUSeconds() -> Double {
+        var usage = rusage()
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+            + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+    }
+}
+
+// MARK: - 6. Memory
+
+struct MemoryFootprint {
+    let scratch: String
+    let logger: Logger
+
+    func run(_ results: Results) throws {
+        print("\n6. Memory: resident set added by a running monitor")
+        let loop = try Looper(name: "memory")
+        let before = residentBytes()
+        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                         reportDirectory: scratch + "/memory"),
+                                       logger: logger)
+        monitor.start()
+        loop.run(for: .milliseconds(500))
+        let idle = residentBytes()
+        loop.perform { _ = benchSpin(milliseconds: 120) }
+        loop.run(for: .milliseconds(800))
+        let afterReport = residentBytes()
+        monitor.stop()
+        results.add(Figure(section: "memory", name: "RSS added by a started monitor (threads, buffers)",
+                           value: (idle - before) / 1_048_576, unit: "MiB", target: "≤ 4 MiB"))
+        results.add(Figure(section: "memory", name: "RSS added after its first report (symbolicator loaded)",
+                           value: (afterReport - before) / 1_048_576, unit: "MiB",
+                           note: "libdw maps the symbol tables and DWARF of the images it looks into"))
+    }
+}

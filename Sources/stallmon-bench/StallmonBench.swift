@@ -1,0 +1,275 @@
+import ArgumentParser
+import CStallmonCapture
+import Foundation
+import Logging
+import Stallmon
+import StallmonLoop
+import Synchronization
+
+/// `stallmon-bench`: the figures of README "Performance", measured side by side with the peers, printed as a table
+/// and written as JSON. Run through `scripts/bench.sh` (release build). No figure is asserted anywhere.
+@main
+struct StallmonBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stallmon-bench",
+        abstract: "Measure stallmon's overhead, capture cost, detection quality, scale and memory.",
+        subcommands: [Run.self, StalledTarget.self],
+        defaultSubcommand: Run.self)
+}
+
+/// A child process whose thread is stalled 30 frames deep, for eu-stack and gdb to attach to.
+struct StalledTarget: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "stalled-target", shouldDisplay: false)
+
+    func run() throws {
+        let stop = StopFlag()
+        let thread = Thread { _ = benchDescend(30, stop: stop) }
+        thread.start()
+        FileHandle.standardOutput.write(Data("ready \(getpid())\n".utf8))
+        sleep(120)  // the parent kills us
+    }
+}
+
+struct Run: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "run")
+
+    @Option(help: "Where to write the figures as JSON.")
+    var output = "bench-results.json"
+
+    @Option(help: "Sections to run: loop, capture, detection, reports, upload, memory.")
+    var sections = "loop,capture,detection,reports,upload,memory"
+
+    @Option(help: "Report counts for `stallmon report` scale.")
+    var reportScale = "1000,10000,100000"
+
+    @Option(help: "The stallmon CLI to time (release build).")
+    var stallmon = ".build/release/stallmon"
+
+    @Option(help: "The scripted collector (Tests/StallmonTestSupport/receiver.py).")
+    var receiver = "Tests/StallmonTestSupport/receiver.py"
+
+    @Flag(help: "Fewer rounds and stalls (a quick look, not for the README).")
+    var quick = false
+
+    func run() throws {
+        var logger = Logger(label: "bench")
+        logger.logLevel = .critical
+        let results = Results()
+        let chosen = Set(sections.split(separator: ",").map(String.init))
+        let scratch = FileManager.default.temporaryDirectory.path + "/stallmon-bench-\(getpid())"
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        print("stallmon-bench: \(ProcessInfo.processInfo.activeProcessorCount) cores, "
+            + "\(quick ? "quick" : "full") run, \(WallClockText.now())")
+
+        if chosen.contains("loop") { try LoopOverhead(quick: quick, scratch: scratch, logger: logger).run(results) }
+        if chosen.contains("capture") { try CaptureCost(quick: quick).run(results) }
+        if chosen.contains("detection") {
+            try DetectionQuality(quick: quick, scratch: scratch, logger: logger).run(results)
+        }
+        if chosen.contains("reports") {
+            try ReportScale(quick: quick, scratch: scratch, stallmon: stallmon, logger: logger,
+                            counts: reportScale.split(separator: ",").compactMap { Int($0) }).run(results)
+        }
+        if chosen.contains("upload") {
+            try UploadThroughput(quick: quick, scratch: scratch, receiver: receiver, logger: logger).run(results)
+        }
+        if chosen.contains("memory") { try MemoryFootprint(scratch: scratch, logger: logger).run(results) }
+
+        struct Document: Encodable {
+            var date: String
+            var machine: String
+            var quick: Bool
+            var figures: [Figure]
+        }
+        let uname = (try? String(contentsOfFile: "/proc/sys/kernel/osrelease", encoding: .utf8))?
+            .trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+        let document = Document(date: WallClockText.now(),
+                                machine: "\(ProcessInfo.processInfo.activeProcessorCount) cores, Linux \(uname)",
+                                quick: quick, figures: results.figures)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try encoder.encode(document).write(to: URL(fileURLWithPath: output))
+        print("\nwrote \(output)")
+    }
+}
+
+enum WallClockText {
+    static func now() -> String {
+        let formatter = ISO8601DateFormatter()
+        return formatter.string(from: Date())
+    }
+}
+
+// MARK: - 1. Loop overhead
+
+struct LoopOverhead {
+    let quick: Bool
+    let scratch: String
+    let logger: Logger
+
+    enum Mode: String { case post, timer }
+
+    func run(_ results: Results) throws {
+        print("\n1. Loop overhead: iterations per second, monitor off vs on (pairs alternate)")
+        let rounds = quick ? 3 : 7
+        let duration: Duration = quick ? .milliseconds(400) : .seconds(1)
+        for mode in [Mode.post, .timer] {
+            var off: [Double] = []
+            var on: [Double] = []
+            var ratios: [Double] = []
+            var added: [Double] = []
+            for round in 0..<rounds {
+                // Alternate which goes first, so drift in machine speed does not favour one side.
+                let first = try measure(mode, monitored: round % 2 == 1, duration: duration)
+                let second = try measure(mode, monitored: round % 2 == 0, duration: duration)
+                let (plain, monitored) = round % 2 == 1 ? (second, first) : (first, second)
+                off.append(plain)
+                on.append(monitored)
+                ratios.append(plain / monitored)
+                added.append((1 / monitored - 1 / plain) * 1e9)
+            }
+            results.add(Figure(section: "loop", name: "\(mode.rawValue) loop, monitor off", value: Stats.median(off),
+                               unit: "/s"))
+            results.add(Figure(section: "loop", name: "\(mode.rawValue) loop, monitor on", value: Stats.median(on),
+                               unit: "/s"))
+            results.add(Figure(section: "loop", name: "\(mode.rawValue) loop, slowdown (off/on − 1)",
+                               value: (Stats.median(ratios) - 1) * 100, unit: "%", target: "≤ 2 %"))
+            results.add(Figure(section: "loop", name: "\(mode.rawValue) loop, time added per iteration",
+                               value: Stats.median(added), unit: "ns", target: "≤ 50 ns"))
+        }
+    }
+
+    private func measure(_ mode: Mode, monitored: Bool, duration: Duration) throws -> Double {
+        let loop = try Looper(name: "bench")
+        var monitor: StallMonitor?
+        if monitored {
+            monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
+                                                                         reportDirectory: scratch + "/loop"),
+                                       logger: logger)
+            monitor?.start()
+        }
+        let count = Box(0)
+        let label: LooperLabel = "bench.step"
+        switch mode {
+        case .post:
+            @Sendable func step() {
+                count.value += 1
+                loop.perform(label: label, step)
+            }
+            loop.perform(label: label, step)
+        case .timer:
+            loop.schedule(every: .nanoseconds(1), label: label) { count.value += 1 }
+        }
+        let start = nowNanoseconds()
+        loop.run(for: duration)
+        let seconds = Double(nowNanoseconds() - start) / 1e9
+        monitor?.stop()
+        return Double(count.value) / seconds
+    }
+}
+
+// MARK: - 2. Capture cost
+
+struct CaptureCost {
+    let quick: Bool
+
+    func run(_ results: Results) throws {
+        print("\n2. Capture cost: a thread stalled 30 frames deep")
+        let signal = try SamplingSignal.default.resolve()
+        var message = [CChar](repeating: 0, count: 256)
+        guard cstallmon_install(signal, &message, message.count) == 0 else {
+            throw ValidationError(String(cString: message))
+        }
+        defer { cstallmon_release() }
+        let stop = StopFlag()
+        let slot = Atomic<Int32>(-1)
+        let thread = Thread {
+            let acquired = cstallmon_slot_acquire(cstallmon_gettid())
+            _ = cstallmon_warm_up(acquired)
+            slot.store(acquired, ordering: .releasing)
+            _ = benchDescend(30, stop: stop)
+        }
+        thread.start()
+        while slot.load(ordering: .acquiring) < 0 { usleep(1000) }
+        usleep(20_000)  // let it reach the bottom
+        let capturer = StackCapturerForBench(slot: slot.load(ordering: .acquiring))
+        var pauses: [Double] = []
+        var walls: [Double] = []
+        var depths: [Int] = []
+        for _ in 0..<(quick ? 200 : 1000) {
+            let (pause, wall, frames) = capturer.capture()
+            if frames > 0 {
+                pauses.append(pause)
+                walls.append(wall)
+                depths.append(frames)
+            }
+        }
+        stop.set()
+        cstallmon_slot_release(slot.load(ordering: .relaxed))
+        let ourWall = Stats.median(walls)
+        results.add(Figure(section: "capture", name: "frames per capture (median)", value: Double(Stats.median(
+            depths.map(Double.init))), unit: "frames"))
+        results.add(Figure(section: "capture", name: "loop thread pause per sample, median", value: Stats.median(pauses),
+                           unit: "us", target: "≤ 20 µs"))
+        results.add(Figure(section: "capture", name: "loop thread pause per sample, p99",
+                           value: Stats.percentile(pauses, 0.99), unit: "us"))
+        results.add(Figure(section: "capture", name: "watchdog wall time per capture, median", value: ourWall,
+                           unit: "us"))
+        results.add(Figure(section: "capture", name: "watchdog wall time per capture, p99",
+                           value: Stats.percentile(walls, 0.99), unit: "us"))
+
+        // The peers attach to a separate process stalled the same way.
+        let target = Process()
+        target.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+        target.arguments = ["stalled-target"]
+        let pipe = Pipe()
+        target.standardOutput = pipe
+        try target.run()
+        defer {
+            kill(target.processIdentifier, SIGKILL)
+            target.waitUntilExit()
+        }
+        _ = pipe.fileHandleForReading.availableData  // "ready PID"
+        usleep(50_000)
+        let pid = String(target.processIdentifier)
+        let runs = quick ? 3 : 5
+        for (name, arguments) in [("eu-stack", ["eu-stack", "-p", pid]),
+                                  ("gdb", ["gdb", "-batch", "-p", pid, "-ex", "bt"])] {
+            var seconds: [Double] = []
+            for _ in 0..<runs {
+                guard let timing = try? timeCommand(arguments), timing.status == 0 else { continue }
+                seconds.append(timing.seconds * 1e6)
+            }
+            guard !seconds.isEmpty else {
+                results.add(Figure(section: "capture", name: "\(name) -p PID", value: .nan, unit: "us",
+                                   note: "\(name) not available or failed"))
+                continue
+            }
+            let peer = Stats.median(seconds)
+            results.add(Figure(section: "capture", name: "one stack: stallmon vs \(name) (wall, median)", value: ourWall,
+                               unit: "us", peerName: name, peer: peer, ratio: peer / ourWall, ratioMeaning: "× faster",
+                               target: name == "eu-stack" ? "≥ 300×" : nil))
+        }
+    }
+}
+
+/// Direct use of the C capture, as the watchdog does, timing both sides.
+struct StackCapturerForBench {
+    let slot: Int32
+    private let buffer = UnsafeMutablePointer<UInt>.allocate(capacity: 256)
+
+    init(slot: Int32) {
+        self.slot = slot
+    }
+
+    /// (pause µs: signal sent → handler done, watchdog wall µs, frames)
+    func capture() -> (Double, Double, Int) {
+        var result = cstallmon_capture_result()
+        let start = nowNanoseconds()
+        cstallmon_capture(slot, buffer, 256, 100_000_000, &result)
+        let wall = Double(nowNanoseconds() - start) / 1e3
+        guard result.status == 0 else { return (0, wall, 0) }
+        return (Double(result.handler_done_ns - result.signal_sent_ns) / 1e3, wall, Int(result.frame_count))
+    }
+}
