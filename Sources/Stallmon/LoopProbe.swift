@@ -59,8 +59,10 @@ final class LoopProbe: Sendable {
 
     @inline(__always)
     private func beginIteration(at now: UInt64) {
+        // Only the loop thread writes `sequence`, so a plain release store does (no locked read-modify-write).
+        let current = sequence.load(ordering: .relaxed)
         busySince.store(now, ordering: .relaxed)
-        sequence.wrappingAdd(1, ordering: .releasing)  // even → odd
+        sequence.store(current &+ 1, ordering: .releasing)  // even → odd
     }
 
     @inline(__always)

@@ -351,10 +351,7 @@ public final class Looper: @unchecked Sendable {
                             _ callback: @escaping @Sendable (LooperActivity, MonotonicInstant) -> Void)
         -> LooperObserverToken
     {
-        register(activities: activities, order: order, oneShot: oneShot) { activity, now in
-            callback(activity, now)
-            return true
-        }
+        register(activities: activities, order: order, oneShot: oneShot, callback: .plain(callback))
     }
 
     /// Registers an observer tied to `owner`'s lifetime: the loop holds `owner` weakly, passes it to each call, and
@@ -365,15 +362,14 @@ public final class Looper: @unchecked Sendable {
         for activities: LooperActivity, order: Int = 0, oneShot: Bool = false, owner: Owner,
         _ callback: @escaping @Sendable (Owner, LooperActivity, MonotonicInstant) -> Void
     ) -> LooperObserverToken {
-        register(activities: activities, order: order, oneShot: oneShot) { [weak owner] activity, now in
+        register(activities: activities, order: order, oneShot: oneShot, callback: .ownerTied { [weak owner] activity, now in
             guard let owner else { return false }
             callback(owner, activity, now)
             return true
-        }
+        })
     }
 
-    private func register(activities: LooperActivity, order: Int, oneShot: Bool,
-                          callback: @escaping @Sendable (LooperActivity, MonotonicInstant) -> Bool)
+    private func register(activities: LooperActivity, order: Int, oneShot: Bool, callback: ObserverEntry.Callback)
         -> LooperObserverToken
     {
         let id = nextObserverID.wrappingAdd(1, ordering: .relaxed).oldValue
@@ -422,11 +418,16 @@ public final class Looper: @unchecked Sendable {
     @inline(__always)
     private func notify(_ activity: LooperActivity, now: UInt64? = nil) {
         refreshObserverSnapshot()
-        let list = observerSnapshot.buckets[activity.bucket]
-        guard !list.isEmpty else { return }
+        let bucket = activity.bucket
+        let count = observerSnapshot.buckets[bucket].count
+        guard count > 0 else { return }
         let instant = MonotonicInstant(nanoseconds: now ?? cstallmon_loop_monotonic_ns())
-        for entry in list where !entry.removed.load(ordering: .relaxed) {
-            let alive = entry.callback(activity, instant)
+        // Index into the snapshot rather than copying the array out, to spare the hot path a retain/release.
+        // The snapshot is only replaced by refreshObserverSnapshot, on this thread, between dispatches.
+        for index in 0..<count {
+            let entry = observerSnapshot.buckets[bucket][index]
+            if entry.removed.load(ordering: .relaxed) { continue }
+            let alive = entry.call(activity, instant)
             if !alive || entry.oneShot {
                 removeObserver(LooperObserverToken(id: entry.id))
             }

@@ -113,21 +113,38 @@ public struct LooperObserverToken: Hashable, Sendable {
     let id: UInt64
 }
 
-/// One observer registration. The callback answers false when its owner is gone.
+/// One observer registration: a plain callback (called directly, no wrapper on the hot path), or an owner-tied
+/// one that answers false once its owner is gone.
 final class ObserverEntry: Sendable {
+    enum Callback: Sendable {
+        case plain(@Sendable (LooperActivity, MonotonicInstant) -> Void)
+        case ownerTied(@Sendable (LooperActivity, MonotonicInstant) -> Bool)
+    }
+
     let id: UInt64
     let activities: LooperActivity
     let order: Int
     let oneShot: Bool
-    let callback: @Sendable (LooperActivity, MonotonicInstant) -> Bool
+    let callback: Callback
     let removed = Atomic<Bool>(false)
 
-    init(id: UInt64, activities: LooperActivity, order: Int, oneShot: Bool,
-         callback: @escaping @Sendable (LooperActivity, MonotonicInstant) -> Bool) {
+    init(id: UInt64, activities: LooperActivity, order: Int, oneShot: Bool, callback: Callback) {
         self.id = id
         self.activities = activities
         self.order = order
         self.oneShot = oneShot
         self.callback = callback
+    }
+
+    /// Calls the observer; false when it must be removed (owner gone).
+    @inline(__always)
+    func call(_ activity: LooperActivity, _ now: MonotonicInstant) -> Bool {
+        switch callback {
+        case .plain(let body):
+            body(activity, now)
+            return true
+        case .ownerTied(let body):
+            return body(activity, now)
+        }
     }
 }

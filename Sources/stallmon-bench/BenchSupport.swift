@@ -119,7 +119,9 @@ final class StopFlag: Sendable {
 }
 
 /// Recurses `depth` frames, then spins until `stop` is set: a thread stalled in a known, deep stack.
+/// Unoptimized so that release builds keep one real frame per level.
 @inline(never)
+@_optimize(none)
 func benchDescend(_ depth: Int, stop: StopFlag) -> Int {
     if depth == 0 {
         var spins = 0
