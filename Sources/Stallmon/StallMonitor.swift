@@ -110,11 +110,12 @@ public final class StallMonitor: Sendable {
         let token = loop.addObserver(
             for: [.entry, .afterWaiting, .beforeTimers, .beforeWaiting, .exit], order: Int.min
         ) { [binding] activity, now in
-            switch activity {
-            case .beforeTimers: probe.passBegins(at: now.nanoseconds)
-            case .beforeWaiting: probe.loopIdles(at: now.nanoseconds)
-            case .afterWaiting: probe.loopWoke(at: now.nanoseconds)
-            case .entry: StallMonitor.bindCurrentThread(binding)
+            // Compare raw bits: this runs on the loop thread several times per iteration.
+            switch activity.rawValue {
+            case LooperActivity.beforeTimers.rawValue: probe.passBegins(at: now.nanoseconds)
+            case LooperActivity.beforeWaiting.rawValue: probe.loopIdles(at: now.nanoseconds)
+            case LooperActivity.afterWaiting.rawValue: probe.loopWoke(at: now.nanoseconds)
+            case LooperActivity.entry.rawValue: StallMonitor.bindCurrentThread(binding)
             default: probe.loopIdles(at: now.nanoseconds)  // exit
             }
         }

@@ -12,12 +12,14 @@ public struct LooperActivity: OptionSet, Hashable, Sendable, CustomStringConvert
         self.rawValue = rawValue
     }
 
-    public static let entry = LooperActivity(rawValue: 1 << 0)
-    public static let beforeTimers = LooperActivity(rawValue: 1 << 1)
-    public static let beforeSources = LooperActivity(rawValue: 1 << 2)
-    public static let beforeWaiting = LooperActivity(rawValue: 1 << 5)
-    public static let afterWaiting = LooperActivity(rawValue: 1 << 6)
-    public static let exit = LooperActivity(rawValue: 1 << 7)
+    // Inlinable computed constants rather than `static let`s: a `static let` of another module is reached through a
+    // lazy-initialisation accessor on every use, which observers would pay on every activity.
+    @inlinable public static var entry: LooperActivity { LooperActivity(rawValue: 1 << 0) }
+    @inlinable public static var beforeTimers: LooperActivity { LooperActivity(rawValue: 1 << 1) }
+    @inlinable public static var beforeSources: LooperActivity { LooperActivity(rawValue: 1 << 2) }
+    @inlinable public static var beforeWaiting: LooperActivity { LooperActivity(rawValue: 1 << 5) }
+    @inlinable public static var afterWaiting: LooperActivity { LooperActivity(rawValue: 1 << 6) }
+    @inlinable public static var exit: LooperActivity { LooperActivity(rawValue: 1 << 7) }
     public static let allActivities: LooperActivity = [
         .entry, .beforeTimers, .beforeSources, .beforeWaiting, .afterWaiting, .exit,
     ]
@@ -28,15 +30,12 @@ public struct LooperActivity: OptionSet, Hashable, Sendable, CustomStringConvert
     ]
 
     /// Position of a single activity in `ordered`; used to index per-activity observer lists.
+    @inline(__always)
     var bucket: Int {
-        switch self {
-        case .entry: 0
-        case .beforeTimers: 1
-        case .beforeSources: 2
-        case .beforeWaiting: 3
-        case .afterWaiting: 4
-        default: 5
-        }
+        // Bit index → bucket: entry 0, beforeTimers 1, beforeSources 2, beforeWaiting (bit 5) 3, afterWaiting 4,
+        // exit 5.
+        let bit = rawValue.trailingZeroBitCount
+        return bit < 3 ? bit : min(bit - 2, 5)
     }
 
     public var description: String {
