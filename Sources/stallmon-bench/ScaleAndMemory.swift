@@ -39,7 +39,7 @@ func writeCopies(of template: [UInt8], count: Int, into directory: String) throw
         let copy = text.replacingOccurrences(of: report.id, with: id)
             .replacingOccurrences(of: report.start.wall, with: wall)
         let name = "\(directory)/stall-\(String(format: "%07d", index))-\(id.prefix(8)).json"
-        FileManager.default.createFile(atPath: name, contents: Data(copy.utf8))
+        _ = FileManager.default.createFile(atPath: name, contents: Data(copy.utf8))
     }
 }
 

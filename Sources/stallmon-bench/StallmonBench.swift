@@ -193,7 +193,7 @@ struct CaptureCost {
         let signal = try SamplingSignal.default.resolve()
         var message = [CChar](repeating: 0, count: 256)
         guard cstallmon_install(signal, &message, message.count) == 0 else {
-            throw ValidationError(String(cString: message))
+            throw ValidationError(String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
         defer { cstallmon_release() }
         let stop = StopFlag()
