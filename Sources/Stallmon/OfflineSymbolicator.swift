@@ -27,9 +27,20 @@ public struct OfflineSymbolicator {
         for (index, image) in report.images.enumerated() where report.frames.contains(where: { $0.image == index }) {
             guard let bias = UInt(image.loadBias.dropFirst(2), radix: 16) else { continue }
             var chosen: String?
+            // A frame of this image to probe with: a candidate only counts if it names it (a stripped file keeps
+            // its build id but has no symbol table).
+            let probes = report.frames.filter { $0.image == index }.prefix(8)
+                .compactMap { $0.offset.flatMap { UInt($0.dropFirst(2), radix: 16) } }
             for candidate in candidates(for: image) where FileManager.default.fileExists(atPath: candidate) {
                 guard let symbolizer = cstallmon_symbolizer_create_offline(nil) else { break }
+                var named = false
                 if cstallmon_symbolizer_add_module(symbolizer, candidate, bias) == 0 {
+                    named = probes.contains { probe in
+                        var symbol = cstallmon_symbol()
+                        return cstallmon_symbolize(symbolizer, bias + probe, &symbol) == 1 && symbol.symbol != nil
+                    }
+                }
+                if named {
                     usable[index] = symbolizer
                     chosen = candidate
                     break

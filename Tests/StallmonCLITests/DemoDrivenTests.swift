@@ -91,9 +91,18 @@ extension DemoDrivenTests {
             let symbolicated = try ReportReader.read(output)
             let top = try #require(symbolicated.topFrame, "no top frame")
             #expect(top.symbol.contains(Self.function), "\(top)")
-            #expect((top.line ?? 0) > 0, "a line number: \(top); before stripping: \(String(describing: fixture.original.topFrame))")
-            #expect(top.file?.hasSuffix("DemoStalls.swift") == true, "\(top)")
-            #expect(top.line == fixture.original.topFrame?.line, "the line the monitor found")
+            #expect(top.line == fixture.original.topFrame?.line && top.file == fixture.original.topFrame?.file,
+                    "the file:line the monitor found: \(top) vs \(String(describing: fixture.original.topFrame))")
+            if fixture.original.topFrame?.line != nil {
+                #expect((top.line ?? 0) > 0, "a line number: \(top)")
+                #expect(top.file?.hasSuffix("DemoStalls.swift") == true, "\(top)")
+            } else {
+                // Rare: every sampled address of the function maps to compiler-made code without a line. Its other
+                // frames must still get their lines back.
+                #expect(symbolicated.frames.contains {
+                    $0.symbol?.contains(Self.function) == true && ($0.line ?? 0) > 0
+                }, "no \(Self.function) frame with a line")
+            }
             #expect(symbolicated.signature == fixture.original.signature)
             #expect(symbolicated.hottestStack?.frames == fixture.original.hottestStack?.frames)
             for (index, frame) in fixture.original.frames.enumerated() where frame.image == 0 && frame.symbol != nil {
@@ -121,8 +130,7 @@ extension DemoDrivenTests {
             #expect(symbolicated.signature != fixture.original.signature)
         }
 
-        @Test("without --debug-dir stderr says no file with symbols was found for the stripped image",
-              .disabled("bug: OfflineSymbolicator accepts the stripped file at the recorded path (its build id matches) and the CLI reports `symbols from <copy>` although no name came from it"))
+        @Test("without --debug-dir stderr says no file with symbols was found for the stripped image")
         func withoutDebugDirectoryMessage() async throws {
             let fixture = try await Self.prepare()
             defer { fixture.temporary.remove() }
