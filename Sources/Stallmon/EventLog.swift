@@ -77,6 +77,8 @@ final class EventLog {
         do {
             try AtomicFile.writeAll(fd, line, path: path)
         } catch {
+            // A partial write (ENOSPC, EFBIG) must not leave half a line for the next event to be glued to.
+            _ = ftruncate(fd, off_t(size))
             close(fd)  // reopen next time: the file may have been removed or the disk freed
             fd = -1
             throw error

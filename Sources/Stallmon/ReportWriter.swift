@@ -84,6 +84,7 @@ final class ReportWriter: Sendable {
 
     private func run() {
         var state = WriterState(configuration: configuration)
+        Self.removeStaleTemporaryFiles(in: configuration.reportDirectory)
         while true {
             _ = cstallmon_wait_readable(wakeFD, -1)
             _ = cstallmon_eventfd_drain(wakeFD)
@@ -101,6 +102,7 @@ final class ReportWriter: Sendable {
         let eventLog: EventLog
         var builder: ReportBuilder?
         var failing: String?
+        var failingDescription = ""
         var spoolFailing: String?
         var droppedSinceFailure = 0
         var reportPaths: [String: String] = [:]
@@ -210,7 +212,7 @@ final class ReportWriter: Sendable {
             if let reason = state.failing {
                 logger.notice("stallmon: reports are being written again", metadata: [
                     "directory": "\(configuration.reportDirectory)", "dropped": "\(state.droppedSinceFailure)",
-                    "previousError": "\(reason)",
+                    "previousError": "\(state.failingDescription)",
                 ])
                 state.failing = nil
                 state.droppedSinceFailure = 0
@@ -218,12 +220,15 @@ final class ReportWriter: Sendable {
             return path
         } catch {
             let reason = "\(error)"
+            // The state is what failed and why, not which (randomly named) temporary file.
+            let key = (error as? FileError).map { "\($0.operation) \($0.errorNumber)" } ?? reason
             state.droppedSinceFailure += 1
-            if state.failing != reason {
+            if state.failing != key {
                 logger.error("stallmon: cannot write stall reports; dropping them until this is fixed", metadata: [
                     "directory": "\(configuration.reportDirectory)", "error": "\(reason)",
                 ])
-                state.failing = reason
+                state.failing = key
+                state.failingDescription = reason
                 var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
                                        event: "monitor.error")
                 event.message = "cannot write stall reports: \(reason)"
@@ -248,6 +253,20 @@ final class ReportWriter: Sendable {
                 logger.error("stallmon: cannot queue a report for upload", metadata: [
                     "spool": "\(spool.directory)", "error": "\(reason)",
                 ])
+            }
+        }
+    }
+
+    /// Temporary files of writes that never finished (a process killed mid-write) are not reports; remove those
+    /// older than a minute, which no live writer still owns (a write takes milliseconds).
+    static func removeStaleTemporaryFiles(in directory: String, olderThan seconds: Double = 60) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        let cutoff = Date().addingTimeInterval(-seconds)
+        for name in names where name.hasPrefix(".tmp-") {
+            let path = directory + "/" + name
+            if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
+               modified < cutoff {
+                _ = unlink(path)
             }
         }
     }

@@ -27,7 +27,7 @@ enum StallAggregation {
         let tree = callTree(evidence, frames: frames)
         let hottest = hottestStack(tree, total: evidence.count)
         var top: StallReport.FrameSummary?
-        if let hottest, let innermostInApp = hottest.frames.first(where: { frames[$0].inApp }) {
+        if let hottest, let innermostInApp = hottest.frames.first(where: { frames.indices.contains($0) && frames[$0].inApp }) {
             let frame = frames[innermostInApp]
             top = StallReport.FrameSummary(symbol: key(frame), module: frame.module, file: frame.file, line: frame.line)
         }
@@ -44,7 +44,7 @@ enum StallAggregation {
     /// stall.
     static func isIdle(_ frames: [Int], in table: [StallReport.Frame]) -> Bool {
         frames.prefix(8).contains { index in
-            guard index < table.count, let symbol = table[index].symbol else { return false }
+            guard table.indices.contains(index), let symbol = table[index].symbol else { return false }
             return symbol.contains("Looper.(waitForEvents") || symbol.contains("Looper.waitForEvents")
                 || symbol == "cstallmon_epoll_wait"
         }
@@ -61,7 +61,7 @@ enum StallAggregation {
         let root = Node()
         for stack in stacks {
             var node = root
-            for index in stack.reversed() where index < table.count {
+            for index in stack.reversed() where table.indices.contains(index) {
                 let name = key(table[index])
                 let child: Node
                 if let existing = node.children[name] {
@@ -115,7 +115,7 @@ enum StallAggregation {
     /// A stable id for "this kind of stall": FNV-1a 64 of the function keys of the hottest stack's innermost in-app
     /// frames (up to 5), or of its innermost frames when none is in-app. 16 hex digits.
     static func signature(_ stack: [Int], frames table: [StallReport.Frame]) -> String {
-        let valid = stack.filter { $0 < table.count }
+        let valid = stack.filter { table.indices.contains($0) }
         var chosen = valid.filter { table[$0].inApp }
         if chosen.isEmpty { chosen = valid }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325

@@ -83,6 +83,9 @@ extension StallMonitorConfiguration {
             guard let number = Double(value), number.isFinite else {
                 throw .invalid(key: key, value: value, reason: "expected a number of milliseconds")
             }
+            guard abs(number) < 1e12 else {  // ~31 years; beyond, the nanoseconds overflow
+                throw .invalid(key: key, value: value, reason: "out of range")
+            }
             return .nanoseconds(Int64((number * 1_000_000).rounded()))
         }
         func integer() throws(ConfigurationError) -> Int {
@@ -129,8 +132,8 @@ extension StallMonitorConfiguration {
         case "spool_max_reports": upload.spoolMaxReports = try integer()
         case "spool_max_bytes": upload.spoolMaxBytes = try integer()
         case "spool_max_age_hours":
-            guard let hours = Double(value), hours > 0 else {
-                throw .invalid(key: key, value: value, reason: "expected a positive number of hours")
+            guard let hours = Double(value), hours > 0, hours < 1e6 else {
+                throw .invalid(key: key, value: value, reason: "expected a positive number of hours (< 1000000)")
             }
             upload.spoolMaxAge = .seconds(hours * 3600)
         default: throw ConfigurationError("unknown config key `\(key)`")

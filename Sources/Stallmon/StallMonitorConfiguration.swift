@@ -132,7 +132,7 @@ public struct SamplingSignal: Sendable, Equatable, CustomStringConvertible {
             self.init(offsetFromRTMin: 0)
         } else if trimmed.hasPrefix("SIGRTMIN+"), let offset = Int(trimmed.dropFirst("SIGRTMIN+".count)), offset >= 0 {
             self.init(offsetFromRTMin: offset)
-        } else if let number = Int(trimmed) {
+        } else if let number = Int(trimmed), (0...1024).contains(number) {
             self.init(offsetFromRTMin: number - Int(cstallmon_sigrtmin()))
         } else {
             throw .invalid(key: "signal", value: text, reason: "expected SIGRTMIN+N or a real-time signal number")
@@ -142,12 +142,12 @@ public struct SamplingSignal: Sendable, Equatable, CustomStringConvertible {
 
     /// The signal number on this system.
     public func resolve() throws(ConfigurationError) -> Int32 {
-        let number = Int(cstallmon_sigrtmin()) + offsetFromRTMin
-        guard offsetFromRTMin >= 0, number <= Int(cstallmon_sigrtmax()) else {
+        let span = Int(cstallmon_sigrtmax()) - Int(cstallmon_sigrtmin())
+        guard (0...span).contains(offsetFromRTMin) else {
             throw .invalid(key: "signal", value: description,
                            reason: "outside SIGRTMIN..SIGRTMAX (\(cstallmon_sigrtmin())..\(cstallmon_sigrtmax()))")
         }
-        return Int32(number)
+        return Int32(Int(cstallmon_sigrtmin()) + offsetFromRTMin)
     }
 
     public var description: String { offsetFromRTMin == 0 ? "SIGRTMIN" : "SIGRTMIN+\(offsetFromRTMin)" }

@@ -14,7 +14,7 @@ public enum StallProfile {
             report.samples.compactMap { sample -> [String]? in
                 guard sample.status == .ok, sample.idle != true, !sample.frames.isEmpty else { return nil }
                 return sample.frames.reversed().compactMap { index in
-                    index < report.frames.count ? StallAggregation.key(report.frames[index]) : nil
+                    report.frames.indices.contains(index) ? StallAggregation.key(report.frames[index]) : nil
                 }
             }
         }

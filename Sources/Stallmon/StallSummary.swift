@@ -89,7 +89,7 @@ public struct StallSummary: Codable, Sendable, Equatable {
         var classCounts: [String: Int] = [:]
         for entry in reports { classCounts[(entry.report.stallClass ?? .unknown).rawValue, default: 0] += 1 }
         classes = classCounts
-        suppressed = reports.reduce(0) { $0 + ($1.report.suppressedBefore ?? 0) }
+        suppressed = reports.reduce(0) { Self.saturatingAdd($0, $1.report.suppressedBefore ?? 0) }
         histogram = Self.bucketEdges.enumerated().map { index, lower in
             let upper = index + 1 < Self.bucketEdges.count ? Self.bucketEdges[index + 1] : nil
             return Bucket(lowerMs: lower, upperMs: upper,
@@ -110,7 +110,7 @@ public struct StallSummary: Codable, Sendable, Equatable {
             let stallClass = members.contains { $0.report.stallClass != nil } ? majority : nil
             let top = longest.report.topFrame ?? members.first { $0.report.topFrame != nil }?.report.topFrame
             return Group(signature: members.first?.report.signature, stallClass: stallClass,
-                         suppressed: members.reduce(0) { $0 + ($1.report.suppressedBefore ?? 0) },
+                         suppressed: members.reduce(0) { Self.saturatingAdd($0, $1.report.suppressedBefore ?? 0) },
                          topFrame: top?.symbol ?? Self.noInAppFrame, file: top?.file,
                          line: top?.line, count: members.count,
                          totalMs: sorted.reduce(0, +), maxMs: sorted.last ?? 0,
@@ -120,6 +120,12 @@ public struct StallSummary: Codable, Sendable, Equatable {
     }
 
     public static let noInAppFrame = "<no in-app frame>"
+
+    /// Counts read from files are not trusted: add without overflowing (negative counts count as zero).
+    static func saturatingAdd(_ total: Int, _ value: Int) -> Int {
+        let (sum, overflow) = total.addingReportingOverflow(max(0, value))
+        return overflow ? .max : sum
+    }
 
     /// Nearest-rank percentile of sorted values.
     static func percentile(_ sorted: [Double], _ fraction: Double) -> Double {

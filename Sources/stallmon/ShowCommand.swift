@@ -96,7 +96,7 @@ enum ReportText {
             return out + "\n  (no stack captured)\n"
         }
         for (depth, index) in stack.enumerated() {
-            guard index < report.frames.count else { continue }
+            guard report.frames.indices.contains(index) else { continue }
             let frame = report.frames[index]
             var name = frame.symbol ?? "???"
             if let offset = frame.symbolOffset { name += " + \(offset)" }

@@ -168,7 +168,10 @@ enum OTLP {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         guard let date = formatter.date(from: text) else { return nil }
-        return UInt64((date.timeIntervalSince1970 * 1000).rounded()) * 1_000_000
+        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
+        // Before 1970 or past UInt64 nanoseconds (year 2554): not a time OTLP can carry.
+        guard milliseconds >= 0, milliseconds < Double(UInt64.max / 1_000_000) else { return nil }
+        return UInt64(milliseconds) * 1_000_000
     }
 }
 
@@ -184,7 +187,7 @@ public enum StackText {
         }
         guard let best = order.max(by: { counts[$0]! < counts[$1]! }) else { return "" }
         return best.compactMap { index -> String? in
-            guard index < report.frames.count else { return nil }
+            guard report.frames.indices.contains(index) else { return nil }
             let frame = report.frames[index]
             var line = frame.symbol ?? "\(frame.module ?? "?")+\(frame.offset ?? "?")"
             if let file = frame.file, let number = frame.line {

@@ -16,7 +16,7 @@ extension FaultTests {
     struct FaultWriterKillTests {
         static let kills = 100
         /// Processes alive at once, each in its own "lane" (the machine has 2 cores; the demo mostly sleeps).
-        static let lanes = 4
+        static let lanes = 5
 
         /// Names in `directory` via readdir: cheap enough to poll every millisecond.
         static func names(in directory: String) -> [String] {
@@ -39,6 +39,8 @@ extension FaultTests {
             var killAt: UInt64
             /// Kill as soon as one of this process's temporary report files shows up (mid-write).
             var killOnWrite: Bool
+            /// When one of its temporary report files was first seen.
+            var sawWrite: UInt64?
         }
 
         @Test func faultHundredSigkillsLeaveOnlyWholeReportsSpoolEntriesAndEventLines() throws {
@@ -47,11 +49,15 @@ extension FaultTests {
             defer { try? FileManager.default.removeItem(atPath: root) }
             let directory = root + "/reports"
             let spool = Spool(reportDirectory: directory)
-            // Threshold 30 ms: the 150 ms cpu stall gets an interim report at 120 ms, replaced (rename over it, spool
-            // entry replaced too) by the final one at 150 ms: more writes per run to be killed in.
+            // Threshold 30 ms and interim reports after 90 ms: the 150 ms cpu stall (the first, ~0.5 s after the loop
+            // starts) gets an interim report, then the final one renamed over it and re-linked into the spool: more
+            // writes per run to be killed in. (STALLMON_THRESHOLD_MS only makes the loaded configuration valid;
+            // --threshold-ms is what the demo uses.)
             let arguments = ["demo", "--seconds", "3", "--stalls", "cpu,json", "--threshold-ms", "30",
                              "--report-dir", directory]
-            let environment = FaultCLI.environment(["STALLMON_SPOOL": "on"])
+            let environment = FaultCLI.environment([
+                "STALLMON_SPOOL": "on", "STALLMON_THRESHOLD_MS": "30", "STALLMON_INTERIM_AFTER_MS": "90",
+            ])
             var random = FaultRandom(seed: 0x5EED_0F_4B11)
             var running: [Run] = []
             var started = 0
@@ -65,33 +71,43 @@ extension FaultTests {
             while killedPids.count + earlyExits.count < Self.kills && faultNow() < hardStop {
                 while running.count < Self.lanes && started < Self.kills {
                     let onWrite = random.chance(60)
-                    // Uniform kills cover start-up, monitor start, the stall and the idle time after it; kills on
-                    // write fall back to a moment around the first report if no temporary file was seen.
-                    let delayMs = onWrite ? random.between(900...1600) : random.between(30...1400)
+                    // Uniform kills cover start-up, monitor start, the first stall and the idle time after it. Kills
+                    // on write wait for the first temporary report file (~0.9 s in, later on a loaded machine); if
+                    // none was seen they fall back to a moment after the first report, up to the second stall.
+                    let delayMs = onWrite ? random.between(1200...2600) : random.between(30...1200)
                     let child = try FaultChild(executable, arguments, environment: environment)
                     let now = faultNow()
                     running.append(Run(child: child, startedAt: now, killAt: now + UInt64(delayMs) * 1_000_000,
-                                       killOnWrite: onWrite))
+                                       killOnWrite: onWrite, sawWrite: nil))
                     started += 1
                 }
                 let temporaries = (Self.names(in: directory) + Self.names(in: spool.pendingDirectory))
                     .filter { $0.hasPrefix(".tmp-") }
                 let now = faultNow()
-                running.removeAll { run in
+                var remaining: [Run] = []
+                for var run in running {
                     if run.child.poll() {
                         earlyExits.append("pid \(run.child.pid): exit \(String(describing: run.child.exitCode)), "
                             + "signal \(String(describing: run.child.terminatingSignal))")
-                        return true
+                        continue
                     }
-                    let writing = run.killOnWrite && temporaries.contains { $0.contains("-\(run.child.pid)-") }
-                    guard writing || now >= run.killAt else { return false }
+                    if run.killOnWrite && run.sawWrite == nil
+                        && temporaries.contains(where: { $0.contains("-\(run.child.pid)-") }) {
+                        // Mid-write: kill now, or a few ms later (fsync, rename, the spool link, the next write).
+                        run.sawWrite = now
+                        run.killAt = min(run.killAt, now + UInt64(random.pick([0, 0, 1, 3, 8, 15, 25])) * 1_000_000)
+                    }
+                    guard now >= run.killAt else {
+                        remaining.append(run)
+                        continue
+                    }
                     #expect(run.child.kill(), "pid \(run.child.pid) died after SIGKILL")
                     #expect(run.child.terminatingSignal == SIGKILL, "pid \(run.child.pid) was killed, not crashed")
                     killedPids.append(run.child.pid)
                     killDelays.append(Double(now - run.startedAt) / 1e6)
-                    if writing { killedOnWrite += 1 }
-                    return true
+                    if run.sawWrite != nil { killedOnWrite += 1 }
                 }
+                running = remaining
                 usleep(1_000)
             }
             for run in running { run.child.kill() }
@@ -151,7 +167,7 @@ extension FaultTests {
 
             print("Fault writer-kill: \(killedPids.count) kills in \(String(format: "%.1f", elapsed / 1000)) s "
                 + "(delays \(String(format: "%.0f", killDelays.min() ?? 0))–\(String(format: "%.0f", killDelays.max() ?? 0)) ms, "
-                + "\(killedOnWrite) on sight of a temporary report file); "
+                + "\(killedOnWrite) at 0–25 ms after sight of a temporary report file); "
                 + "\(scan.reports.count) reports (\(ongoing) interim) from \(pidsWithReports.count) processes; "
                 + "\(killedBeforeAnyReport) killed before writing any report, \(killedAfterAReport) after; "
                 + "\(interruptedStalls) stalls begun but never reported; "
