@@ -101,17 +101,23 @@ struct LooperFDSourceTests {
         let calls = Counter()
         let offLoop = Counter()
         let holder = Locked<LooperFDSource?>(nil)
+        let callsWhenCancelled = Locked<Int?>(nil)
         let source = loop.addWriter(pair.second) {
             calls.increment()
             if !loop.isOnLoopThread { offLoop.increment() }
-            holder.value?.cancel()
+            // The handler may fire before the test thread has stored the source (level-triggered: it is writable
+            // at once); it cancels itself on the first call that can.
+            if let source = holder.value {
+                source.cancel()
+                callsWhenCancelled.withLock { $0 = $0 ?? calls.value }
+            }
         }
         holder.withLock { $0 = source }
         #expect(source.interest == .write)
-        #expect(waitUntil { calls.value >= 1 })
+        #expect(waitUntil { callsWhenCancelled.value != nil })
         background.sync()
         pause(.milliseconds(20))
-        #expect(calls.value == 1, "a writer cancelled in its own handler ran again")
+        #expect(calls.value == callsWhenCancelled.value, "a writer cancelled in its own handler ran again")
         #expect(offLoop.value == 0)
         background.stop()
     }
