@@ -81,21 +81,25 @@ func residentBytes() -> Double {
     return (Double(fields.count > 1 ? fields[1] : "0") ?? 0) * Double(sysconf(Int32(_SC_PAGESIZE)))
 }
 
-/// Runs a command, returns wall seconds, exit status and peak RSS (MiB) of the child.
+/// Runs a command (stdout and stderr to /dev/null), returns wall seconds, exit status and the child's peak RSS (MiB).
+/// posix_spawn + wait4 rather than Foundation's Process, which reaps children itself and would race us for the
+/// resource usage.
 @discardableResult
-func timeCommand(_ arguments: [String], stdout: FileHandle? = FileHandle.nullDevice) throws
-    -> (seconds: Double, status: Int32, peakMiB: Double)
-{
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = arguments
-    process.standardOutput = stdout
-    process.standardError = FileHandle.nullDevice
+func timeCommand(_ arguments: [String]) throws -> (seconds: Double, status: Int32, peakMiB: Double) {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
     let start = nowNanoseconds()
-    try process.run()
+    let rc = posix_spawnp(&pid, arguments[0], &actions, nil, &argv, environ)
+    guard rc == 0 else { throw BenchError("cannot run \(arguments[0]): \(String(cString: strerror(rc)))") }
     var status: Int32 = 0
     var usage = rusage()
-    _ = wait4(process.processIdentifier, &status, 0, &usage)
+    while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
     let seconds = Double(nowNanoseconds() - start) / 1e9
     return (seconds, (status >> 8) & 0xff, Double(usage.ru_maxrss) / 1024)
 }
