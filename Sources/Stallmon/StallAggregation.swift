@@ -7,6 +7,21 @@ public struct CallTreeNode: Codable, Sendable, Equatable {
     public var children: [CallTreeNode]
 }
 
+extension StallReport {
+    /// The exact stack (frame indices, innermost first) most samples share, and how many share it; nil when no
+    /// sample has a stack. Ties go to the stack seen first.
+    public func mostCommonStack() -> (frames: [Int], count: Int)? {
+        var counts: [[Int]: Int] = [:]
+        var order: [[Int]] = []
+        for sample in samples where !sample.frames.isEmpty {
+            if counts[sample.frames] == nil { order.append(sample.frames) }
+            counts[sample.frames, default: 0] += 1
+        }
+        guard let best = order.max(by: { counts[$0]! < counts[$1]! }) else { return nil }
+        return (best, counts[best]!)
+    }
+}
+
 /// The path most samples share, innermost frame first.
 public struct HottestStack: Codable, Sendable, Equatable {
     /// Indices into `frames`, innermost first.

@@ -89,7 +89,7 @@ enum ReportText {
         if let hottest = report.hottestStack, !hottest.frames.isEmpty {
             stack = hottest.frames
             out += "\nHottest stack, shared by \(hottest.samples) of \(hottest.of) samples, innermost first:\n"
-        } else if let (common, count) = mostCommonStack(report) {
+        } else if let (common, count) = report.mostCommonStack() {
             stack = common
             out += "\nStack shared by \(count) of \(report.samples.count) samples, innermost first:\n"
         } else {
@@ -109,17 +109,5 @@ enum ReportText {
             out += line + "\n"
         }
         return out
-    }
-
-    /// The frame-index list most samples share exactly, and how many share it.
-    static func mostCommonStack(_ report: StallReport) -> ([Int], Int)? {
-        var counts: [[Int]: Int] = [:]
-        var order: [[Int]] = []
-        for sample in report.samples where !sample.frames.isEmpty {
-            if counts[sample.frames] == nil { order.append(sample.frames) }
-            counts[sample.frames, default: 0] += 1
-        }
-        guard let best = order.max(by: { counts[$0]! < counts[$1]! }) else { return nil }
-        return (best, counts[best]!)
     }
 }

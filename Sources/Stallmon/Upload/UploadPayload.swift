@@ -179,13 +179,7 @@ enum OTLP {
 public enum StackText {
     /// The stack most samples share, one frame per line: `symbol (file:line)` or `module+offset`.
     public static func mostCommonStack(_ report: StallReport) -> String {
-        var counts: [[Int]: Int] = [:]
-        var order: [[Int]] = []
-        for sample in report.samples where !sample.frames.isEmpty {
-            if counts[sample.frames] == nil { order.append(sample.frames) }
-            counts[sample.frames, default: 0] += 1
-        }
-        guard let best = order.max(by: { counts[$0]! < counts[$1]! }) else { return "" }
+        guard let best = report.mostCommonStack()?.frames else { return "" }
         return best.compactMap { index -> String? in
             guard report.frames.indices.contains(index) else { return nil }
             let frame = report.frames[index]
