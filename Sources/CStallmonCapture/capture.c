@@ -130,7 +130,7 @@ static int fast_trace_into(capture_slot *slot, void *ucontext) {
 }
 
 // Async-signal-safe: only atomics, clock_gettime, syscall(gettid/futex) and libunwind's local unwinder, whose
-// unw_init_local2/unw_step are documented signal-safe; per-thread caching (set at install) keeps it lock-free.
+// unw_init_local2/unw_step are documented signal-safe; with caching off (set at install) they take no lock.
 static void unwind_into(capture_slot *slot, void *ucontext) {
     unw_cursor_t cursor;
     slot->frame_count = 0;
@@ -264,7 +264,12 @@ int cstallmon_install(int signal_number, char *error_buffer, size_t error_buffer
         pthread_mutex_unlock(&g_state.mutex);
         return -1;
     }
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    // No register-state cache: with a cache, unw_step takes libunwind's global cache mutex (Debian's libunwind has
+    // no per-thread caches, so UNW_CACHE_PER_THREAD silently falls back to it). A thread interrupted inside dlopen
+    // (holding the loader lock) would then wait in our handler for that mutex while its holder, another thread
+    // unwinding, waits in dl_iterate_phdr for the loader lock: a deadlock the fault suite reproduced. Without the
+    // cache the handler path takes no libunwind lock; the fast trace keeps its own lock-free per-thread cache.
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
     prime_unwinder();
 
     struct sigaction action;

@@ -58,7 +58,8 @@ struct ReportCommand: ParsableCommand {
         let directory = try self.directory ?? config.load().reportDirectory
         let scan: ReportReader.DirectoryScan
         do {
-            scan = try ReportReader.scan(directory: directory)
+            // The summary needs a few fields per report; samples are only decoded for --folded and --html.
+            scan = try ReportReader.scan(directory: directory, thin: folded == nil && html == nil)
         } catch {
             warn(error.description)
             throw ExitCode(1)

@@ -53,8 +53,8 @@ typedef struct {
     uint64_t handler_done_ns;    ///< the handler published its frames
 } cstallmon_capture_result;
 
-/// Installs the sampling handler on `signal_number` with SA_SIGINFO|SA_RESTART|SA_ONSTACK, switches libunwind to
-/// per-thread caches, and allocates nothing later. Idempotent for the same signal (reference counted).
+/// Installs the sampling handler on `signal_number` with SA_SIGINFO|SA_RESTART|SA_ONSTACK, turns libunwind's
+/// global register-state cache off (its mutex could deadlock against the loader lock), and allocates nothing later. Idempotent for the same signal (reference counted).
 /// Returns 0, or -1 and a human-readable reason in `error_buffer` when the signal already has a handler that is not
 /// ours (named in the message), when stallmon already owns a different signal in this process, or sigaction fails.
 /// NOT async-signal-safe (takes a mutex).
