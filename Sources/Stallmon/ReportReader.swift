@@ -40,17 +40,7 @@ public enum ReportReader {
         } catch {
             throw ReportReadError(path: path, reason: "not valid JSON (truncated or corrupt)")
         }
-        guard let schema = probe.schema else {
-            throw ReportReadError(path: path, reason: "not a stallmon report (no \"schema\" field)")
-        }
-        let prefix = "stallmon.report/"
-        guard schema.hasPrefix(prefix), let version = Int(schema.dropFirst(prefix.count)) else {
-            throw ReportReadError(path: path, reason: "not a stallmon report (schema \"\(schema)\")")
-        }
-        guard version <= 1 else {
-            throw ReportReadError(path: path, reason: "written by a newer stallmon (schema \(schema)); "
-                + "this build reads \(StallReport.currentSchema)")
-        }
+        try checkSchema(probe.schema, path: path)
         do {
             return try JSONDecoder().decode(StallReport.self, from: data)
         } catch let DecodingError.keyNotFound(key, _) {
