@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
@@ -44,6 +45,9 @@ typedef struct {
     _Atomic int32_t retired;    // released by its owner while a late handler may still come
     uint32_t max_frames;        // written by the watchdog before arming, read by the handler
     uint32_t frame_count;       // written by the handler before DONE
+    uintptr_t stack_low;        // the thread's stack bounds, recorded at warm-up (0: unknown)
+    uintptr_t stack_high;
+    int32_t in_loader;          // the handler found the thread inside the dynamic loader
     uint32_t truncated;
     int32_t unwind_error;
     uint64_t entered_ns;
@@ -56,6 +60,10 @@ static struct {
     pthread_mutex_t mutex;          // guards install, release and slot ownership; never taken by the handler
     _Atomic int signal_number;      // 0 until installed
     int references;
+    // Code that may run while holding the loader lock, which libunwind's dl_iterate_phdr also takes: the dynamic
+    // loader (ld.so) and dl_iterate_phdr itself. Recorded at install, read by the handler.
+    uintptr_t loader_low, loader_high;
+    uintptr_t iterate_low, iterate_high;
     capture_slot slots[CSTALLMON_MAX_SLOTS];
 } g_state = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
@@ -101,6 +109,33 @@ static void drain_abandoned(capture_slot *slot, int32_t from) {
 }
 
 // MARK: - The handler (async-signal-safe)
+
+static int in_loader_code(uintptr_t address) {
+    return (address >= g_state.loader_low && address < g_state.loader_high) ||
+           (address >= g_state.iterate_low && address < g_state.iterate_high);
+}
+
+// Async-signal-safe (reads the interrupted thread's own stack, within its recorded bounds). True when the thread was
+// interrupted in, or has a return address into, the dynamic loader or dl_iterate_phdr: it may then hold the loader
+// lock (possibly half-acquired), and unwinding, which calls dl_iterate_phdr, could deadlock. Conservative: a stale
+// loader address left on the stack only costs one sample.
+static int interrupted_in_loader(const capture_slot *slot, const ucontext_t *context) {
+#if defined(__x86_64__)
+    const uintptr_t pc = (uintptr_t)context->uc_mcontext.gregs[REG_RIP];
+    if (in_loader_code(pc)) return 1;
+    if (slot->stack_high == 0) return 0;
+    uintptr_t sp = (uintptr_t)context->uc_mcontext.gregs[REG_RSP] & ~(uintptr_t)7;
+    if (sp < slot->stack_low || sp >= slot->stack_high) return 0;
+    uintptr_t end = sp + 8192 < slot->stack_high ? sp + 8192 : slot->stack_high;
+    for (const uintptr_t *word = (const uintptr_t *)sp; (uintptr_t)word < end; word++) {
+        if (in_loader_code(*word)) return 1;
+    }
+#else
+    (void)slot;
+    (void)context;
+#endif
+    return 0;
+}
 
 // Async-signal-safe after the thread's warm-up. libunwind's fast trace (unw_backtrace) walks from the handler's
 // own context through the signal trampoline using a per-thread cache of frame shapes, a few times cheaper per frame
@@ -174,7 +209,14 @@ static void sampling_handler(int signal_number, siginfo_t *info, void *ucontext)
                 if (expected == SLOT_ABANDONED) drain_abandoned(slot, SLOT_ABANDONED);
                 continue;
             }
-            unwind_into(slot, ucontext);
+            slot->in_loader = interrupted_in_loader(slot, (const ucontext_t *)ucontext);
+            if (slot->in_loader) {
+                slot->frame_count = 0;
+                slot->truncated = 0;
+                slot->unwind_error = 0;
+            } else {
+                unwind_into(slot, ucontext);
+            }
             slot->entered_ns = entered;
             slot->done_ns = monotonic_ns();
             expected = SLOT_RUNNING;
@@ -211,6 +253,40 @@ static void describe_signal(int signal_number, char *out, size_t size) {
         snprintf(out, size, "SIGRTMIN+%d (%d)", signal_number - SIGRTMIN, signal_number);
     } else {
         snprintf(out, size, "signal %d", signal_number);
+    }
+}
+
+static int find_loader(struct dl_phdr_info *info, size_t size, void *unused) {
+    (void)size;
+    (void)unused;
+    if (!info->dlpi_name || !strstr(info->dlpi_name, "ld-linux")) return 0;
+    uintptr_t low = UINTPTR_MAX, high = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *header = &info->dlpi_phdr[i];
+        if (header->p_type != PT_LOAD || !(header->p_flags & PF_X)) continue;
+        uintptr_t start = info->dlpi_addr + header->p_vaddr;
+        if (start < low) low = start;
+        if (start + header->p_memsz > high) high = start + header->p_memsz;
+    }
+    if (high > low) {
+        g_state.loader_low = low;
+        g_state.loader_high = high;
+    }
+    return 1;
+}
+
+// NOT async-signal-safe. Records the code ranges in which a thread may hold the loader lock (see the handler).
+static void record_loader_ranges(void) {
+    dl_iterate_phdr(find_loader, NULL);
+    void *iterate = dlsym(RTLD_DEFAULT, "dl_iterate_phdr");
+    Dl_info info;
+    const ElfW(Sym) *symbol = NULL;
+    if (iterate && dladdr1(iterate, &info, (void **)&symbol, RTLD_DL_SYMENT) && symbol && symbol->st_size > 0) {
+        g_state.iterate_low = (uintptr_t)iterate;
+        g_state.iterate_high = (uintptr_t)iterate + symbol->st_size;
+    } else if (iterate) {
+        g_state.iterate_low = (uintptr_t)iterate;
+        g_state.iterate_high = (uintptr_t)iterate + 1024;  // unknown size: a generous guess
     }
 }
 
@@ -270,6 +346,7 @@ int cstallmon_install(int signal_number, char *error_buffer, size_t error_buffer
     // unwinding, waits in dl_iterate_phdr for the loader lock: a deadlock the fault suite reproduced. Without the
     // cache the handler path takes no libunwind lock; the fast trace keeps its own lock-free per-thread cache.
     unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
+    record_loader_ranges();
     prime_unwinder();
 
     struct sigaction action;
@@ -408,7 +485,9 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
     result->truncated = slot->truncated;
     result->handler_entered_ns = slot->entered_ns;
     result->handler_done_ns = slot->done_ns;
-    if (slot->unwind_error != 0) {
+    if (slot->in_loader) {
+        result->status = CSTALLMON_CAPTURE_IN_LOADER;
+    } else if (slot->unwind_error != 0) {
         result->status = CSTALLMON_CAPTURE_UNWIND_FAILED;
         result->error_number = slot->unwind_error;
     } else {
@@ -426,6 +505,19 @@ int cstallmon_warm_up(int index) {
         sigemptyset(&ours);
         sigaddset(&ours, signal_number);
         pthread_sigmask(SIG_UNBLOCK, &ours, NULL);
+    }
+    // The stack bounds let the handler scan the interrupted stack safely (see interrupted_in_loader).
+    if (index >= 0 && index < CSTALLMON_MAX_SLOTS) {
+        pthread_attr_t attributes;
+        if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
+            void *low = NULL;
+            size_t size = 0;
+            if (pthread_attr_getstack(&attributes, &low, &size) == 0) {
+                g_state.slots[index].stack_low = (uintptr_t)low;
+                g_state.slots[index].stack_high = (uintptr_t)low + size;
+            }
+            pthread_attr_destroy(&attributes);
+        }
     }
     uintptr_t frames[64];
     cstallmon_capture_result result;

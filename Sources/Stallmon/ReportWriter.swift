@@ -209,7 +209,7 @@ final class ReportWriter: Sendable {
             try AtomicFile.write(bytes, to: path)
             state.reportPaths[report.id] = path
             spoolReport(at: path, state: &state)
-            if let reason = state.failing {
+            if state.failing != nil {
                 logger.notice("stallmon: reports are being written again", metadata: [
                     "directory": "\(configuration.reportDirectory)", "dropped": "\(state.droppedSinceFailure)",
                     "previousError": "\(state.failingDescription)",

@@ -12,6 +12,8 @@ public enum CaptureStatus: String, Codable, Sendable {
     /// The handler ran but libunwind could not start from the interrupted context.
     case unwindFailed = "unwind-failed"
     case notReady = "not-ready"
+    /// The thread was inside the dynamic loader, whose lock the unwinder needs: skipped to avoid a deadlock.
+    case inLoader = "in-loader"
 
     init(_ raw: Int32) {
         switch raw {
@@ -20,6 +22,7 @@ public enum CaptureStatus: String, Codable, Sendable {
         case Int32(CSTALLMON_CAPTURE_PENDING.rawValue): self = .pending
         case Int32(CSTALLMON_CAPTURE_SIGNAL_FAILED.rawValue): self = .signalFailed
         case Int32(CSTALLMON_CAPTURE_UNWIND_FAILED.rawValue): self = .unwindFailed
+        case Int32(CSTALLMON_CAPTURE_IN_LOADER.rawValue): self = .inLoader
         default: self = .notReady
         }
     }

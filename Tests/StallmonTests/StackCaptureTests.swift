@@ -121,7 +121,9 @@ struct StackCaptureTests {
             #expect(!names.contains { $0.contains("sampling_handler") || $0.contains("__restore_rt") },
                     "handler or trampoline frames leaked: \(names.prefix(4))")
             let spinDepth = try #require(names.firstIndex { $0.contains("stallmonTestBusySpin") })
-            #expect(spinDepth <= 3, "the spinning function is at the top of the stack: \(names.prefix(5))")
+            // At the top, below at most the clock read it spins on (vDSO, clock_gettime, our shim, now()); handler
+            // and trampoline frames would add more and are excluded by name above.
+            #expect(spinDepth <= 5, "the spinning function is at the top of the stack: \(names.prefix(6))")
         }
     }
 }

@@ -40,6 +40,9 @@ typedef enum {
     CSTALLMON_CAPTURE_NOT_READY = 4,
     /// libunwind could not start from the signal context (its error code in `error_number`).
     CSTALLMON_CAPTURE_UNWIND_FAILED = 5,
+    /// The thread was inside the dynamic loader (dlopen, dlclose, dl_iterate_phdr) and may hold its lock, which the
+    /// unwinder needs: not unwound, to avoid a deadlock. The next sample tries again.
+    CSTALLMON_CAPTURE_IN_LOADER = 6,
 } cstallmon_capture_status;
 
 /// What one capture did. Times are CLOCK_MONOTONIC nanoseconds.

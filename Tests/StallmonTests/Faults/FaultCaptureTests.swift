@@ -20,10 +20,10 @@ struct CaptureTally: CustomStringConvertible {
     subscript(status: CaptureStatus) -> Int { counts[status, default: 0] }
 
     /// Statuses that must never happen to a live thread that does not block the signal.
-    var unexpected: Int { calls - self[.ok] - self[.timedOut] - self[.pending] }
+    var unexpected: Int { calls - self[.ok] - self[.timedOut] - self[.pending] - self[.inLoader] }
 
     var description: String {
-        let statuses = [CaptureStatus.ok, .timedOut, .pending, .signalFailed, .unwindFailed, .notReady]
+        let statuses = [CaptureStatus.ok, .timedOut, .pending, .signalFailed, .unwindFailed, .notReady, .inLoader]
             .map { "\($0.rawValue) \(self[$0])" }.joined(separator: ", ")
         return "\(calls) captures: \(statuses); slowest \(String(format: "%.3f", Double(slowestNanoseconds) / 1e6)) ms, "
             + "mean \(String(format: "%.3f", Double(totalNanoseconds) / Double(max(calls, 1)) / 1e3)) µs"
@@ -69,8 +69,12 @@ extension FaultTests {
             }
             print("Fault \(context): \(tally)")
             #expect(tally.calls == captures, "\(context): all \(captures) captures returned")
-            #expect(tally.unexpected == 0, "\(context): only ok / timed-out / pending for a live thread: \(tally)")
-            #expect(tally[.ok] >= captures * 8 / 10, "\(context): most captures succeed: \(tally)")
+            #expect(tally.unexpected == 0,
+                    "\(context): only ok / timed-out / pending / in-loader for a live thread: \(tally)")
+            // A thread inside dlopen/dlclose may hold the loader lock the unwinder needs: such samples are skipped
+            // (in-loader) rather than risk a deadlock, which is the point of this suite; the rest must succeed.
+            #expect(tally[.ok] + tally[.inLoader] >= captures * 8 / 10, "\(context): most captures resolve: \(tally)")
+            #expect(tally[.ok] > 0, "\(context): some captures have a stack: \(tally)")
             #expect(tally.okWithoutFrames == 0, "\(context): an ok capture has frames")
             // The target survived every interruption and still runs; a handler wedged on its stack would stop it.
             #expect(faultThreadExists(tid), "\(context): the target thread is alive")
