@@ -4,6 +4,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
+# Tools the tests drive: headless Chromium renders the HTML report, binutils (addr2line, objcopy, strip) checks and
+# splits symbols, a C compiler builds the shared library of the dlopen fault test.
+tools=()
+command -v chromium >/dev/null || tools+=(chromium)
+command -v addr2line >/dev/null && command -v objcopy >/dev/null || tools+=(binutils)
+command -v cc >/dev/null || tools+=(gcc)
+if ((${#tools[@]} > 0)); then
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "test: installing ${tools[*]}" >&2
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${tools[@]}" >/dev/null
+fi
+
 # The upload tests decode OTLP payloads with the official opentelemetry-proto package, served to them by a
 # Python receiver on 127.0.0.1.
 if ! python3 -c "import opentelemetry.proto.collector.logs.v1.logs_service_pb2" 2>/dev/null; then
