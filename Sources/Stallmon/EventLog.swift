@@ -1,3 +1,4 @@
+import CStallmonCapture
 import Foundation
 
 /// One line of the JSON-lines event log. Fields that do not apply to an event are omitted.
@@ -137,8 +138,6 @@ enum WallClock {
     }
 
     static func nowNanoseconds() -> UInt64 {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+        cstallmon_realtime_ns()
     }
 }

@@ -23,7 +23,7 @@ final class ReportWriter: Sendable {
     private let logger: Logger
     private let counters: MonitorCounters
     private let queue = Mutex<(messages: [Message], stopping: Bool)>(([], false))
-    private let wakeFD: Int32
+    private let wakeSignal = WakeSignal()
     private let thread = Mutex<PosixThread?>(nil)
     private let written: Counter
     private let dropped: Counter
@@ -37,13 +37,8 @@ final class ReportWriter: Sendable {
         self.uploader = uploader
         self.logger = logger
         self.counters = counters
-        wakeFD = cstallmon_eventfd_create()
         written = Counter(label: "stallmon_reports_written_total", dimensions: [("loop", loopName)])
         dropped = Counter(label: "stallmon_reports_dropped_total", dimensions: [("loop", loopName)])
-    }
-
-    deinit {
-        if wakeFD >= 0 { close(wakeFD) }
     }
 
     func start() {
@@ -55,7 +50,7 @@ final class ReportWriter: Sendable {
     /// Finishes what is queued, then joins the thread.
     func stop() {
         queue.withLock { $0.stopping = true }
-        _ = cstallmon_eventfd_signal(wakeFD)
+        wakeSignal.wake()
         let running = thread.withLock { thread in
             defer { thread = nil }
             return thread
@@ -72,7 +67,7 @@ final class ReportWriter: Sendable {
             return true
         }
         if accepted {
-            _ = cstallmon_eventfd_signal(wakeFD)
+            wakeSignal.wake()
         } else if case .finish = message {
             counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
             dropped.increment()
@@ -86,8 +81,7 @@ final class ReportWriter: Sendable {
         var state = WriterState(configuration: configuration)
         Self.removeStaleTemporaryFiles(in: configuration.reportDirectory)
         while true {
-            _ = cstallmon_wait_readable(wakeFD, -1)
-            _ = cstallmon_eventfd_drain(wakeFD)
+            wakeSignal.wait(until: nil)
             let (batch, stopping) = queue.withLock { state in
                 defer { state.messages.removeAll(keepingCapacity: true) }
                 return (state.messages, state.stopping)

@@ -18,7 +18,7 @@ final class Watchdog: Sendable {
     private let counters: MonitorCounters
     private let annotations: IterationAnnotations
     private let logger: Logger
-    private let stopFD: Int32
+    private let stopSignal = WakeSignal()
     private let stopping = Atomic<Bool>(false)
     private let thread = Mutex<PosixThread?>(nil)
     private let stallCounter: Counter
@@ -34,13 +34,8 @@ final class Watchdog: Sendable {
         self.writer = writer
         self.counters = counters
         self.logger = logger
-        stopFD = cstallmon_eventfd_create()
         stallCounter = Counter(label: "stallmon_stalls_total", dimensions: [("loop", loop.name)])
         stallDuration = Metrics.Timer(label: "stallmon_stall_duration", dimensions: [("loop", loop.name)])
-    }
-
-    deinit {
-        if stopFD >= 0 { close(stopFD) }
     }
 
     func start() -> Bool {
@@ -51,7 +46,7 @@ final class Watchdog: Sendable {
 
     func stop() {
         stopping.store(true, ordering: .releasing)
-        _ = cstallmon_eventfd_signal(stopFD)
+        stopSignal.wake()
         let running = thread.withLock { thread in
             defer { thread = nil }
             return thread
@@ -235,11 +230,7 @@ final class Watchdog: Sendable {
     }
 
     private func waitUntil(_ deadline: UInt64) {
-        let now = cstallmon_monotonic_ns()
-        guard deadline > now else { return }
-        if cstallmon_wait_readable(stopFD, Int64(clamping: deadline - now)) == 1 {
-            _ = cstallmon_eventfd_drain(stopFD)
-        }
+        stopSignal.wait(until: deadline)
     }
 }
 

@@ -35,7 +35,7 @@ public final class Uploader: Sendable {
     private let requestHeaders: [(String, String)]
     private let logger: Logger
     private let transport: HTTPTransport
-    private let wakeFD: Int32
+    private let wakeSignal = WakeSignal()
     private let stopping = Atomic<Bool>(false)
     private let flushOnStop = Atomic<Bool>(true)
     private let stopDeadline = Atomic<UInt64>(0)
@@ -69,14 +69,12 @@ public final class Uploader: Sendable {
         requestHeaders = headers
         self.logger = logger
         transport = HTTPTransport(connectTimeout: min(configuration.requestTimeout, .seconds(5)))
-        wakeFD = cstallmon_eventfd_create()
         deliveredCounter = Counter(label: "stallmon_upload_delivered_total")
         droppedCounter = Counter(label: "stallmon_upload_dropped_total")
     }
 
     deinit {
         transport.shutdown()
-        if wakeFD >= 0 { close(wakeFD) }
     }
 
     public var statistics: UploadStatistics {
@@ -104,7 +102,7 @@ public final class Uploader: Sendable {
 
     /// A report was spooled: look at the spool now rather than at the next poll.
     public func notify() {
-        _ = cstallmon_eventfd_signal(wakeFD)
+        wakeSignal.wake()
     }
 
     /// Graceful shutdown: sends what is pending (ignoring batch age) until done, a retryable failure, or `deadline`;
@@ -295,10 +293,6 @@ public final class Uploader: Sendable {
     }
 
     private func wait(until deadline: UInt64) {
-        let now = cstallmon_monotonic_ns()
-        guard deadline > now else { return }
-        if cstallmon_wait_readable(wakeFD, Int64(clamping: deadline - now)) == 1 {
-            _ = cstallmon_eventfd_drain(wakeFD)
-        }
+        wakeSignal.wait(until: deadline)
     }
 }
