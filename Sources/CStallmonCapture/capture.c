@@ -64,6 +64,7 @@ static struct {
     // loader (ld.so) and dl_iterate_phdr itself. Recorded at install, read by the handler.
     uintptr_t loader_low, loader_high;
     uintptr_t iterate_low, iterate_high;
+    uintptr_t page_size;
     capture_slot slots[CSTALLMON_MAX_SLOTS];
 } g_state = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
@@ -116,17 +117,26 @@ static int in_loader_code(uintptr_t address) {
 }
 
 // Async-signal-safe (reads the interrupted thread's own stack, within its recorded bounds). True when the thread was
-// interrupted in, or has a return address into, the dynamic loader or dl_iterate_phdr: it may then hold the loader
+// interrupted in, or has a return address (in the top 1 KiB of its stack) into, the dynamic loader or dl_iterate_phdr: it may then hold the loader
 // lock (possibly half-acquired), and unwinding, which calls dl_iterate_phdr, could deadlock. Conservative: a stale
 // loader address left on the stack only costs one sample.
 static int interrupted_in_loader(const capture_slot *slot, const ucontext_t *context) {
 #if defined(__x86_64__)
     const uintptr_t pc = (uintptr_t)context->uc_mcontext.gregs[REG_RIP];
     if (in_loader_code(pc)) return 1;
-    if (slot->stack_high == 0) return 0;
-    uintptr_t sp = (uintptr_t)context->uc_mcontext.gregs[REG_RSP] & ~(uintptr_t)7;
-    if (sp < slot->stack_low || sp >= slot->stack_high) return 0;
-    uintptr_t end = sp + 8192 < slot->stack_high ? sp + 8192 : slot->stack_high;
+    const uintptr_t sp = (uintptr_t)context->uc_mcontext.gregs[REG_RSP] & ~(uintptr_t)7;
+    // The loader frame that takes or holds the lock sits right above the interrupted point (pthread_mutex_lock
+    // called from _dl_close_worker, say), so 1 KiB suffices; a wider window finds stale loader addresses in the
+    // uninitialised slots of live frames and skips samples of threads that are nowhere near the loader.
+    uintptr_t end = sp + 1024;
+    if (slot->stack_high != 0 && sp >= slot->stack_low && sp < slot->stack_high) {
+        if (end > slot->stack_high) end = slot->stack_high;
+    } else {
+        // Bounds unknown (no warm-up on this thread) or RSP elsewhere (an alternate stack): only the page holding
+        // RSP is known to be mapped.
+        uintptr_t page_end = (sp | (g_state.page_size - 1)) + 1;
+        if (end > page_end) end = page_end;
+    }
     for (const uintptr_t *word = (const uintptr_t *)sp; (uintptr_t)word < end; word++) {
         if (in_loader_code(*word)) return 1;
     }
@@ -277,6 +287,8 @@ static int find_loader(struct dl_phdr_info *info, size_t size, void *unused) {
 
 // NOT async-signal-safe. Records the code ranges in which a thread may hold the loader lock (see the handler).
 static void record_loader_ranges(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    g_state.page_size = page > 0 ? (uintptr_t)page : 4096;
     dl_iterate_phdr(find_loader, NULL);
     void *iterate = dlsym(RTLD_DEFAULT, "dl_iterate_phdr");
     Dl_info info;

@@ -79,9 +79,12 @@ extension FaultTests {
             // The target survived every interruption and still runs; a handler wedged on its stack would stop it.
             #expect(faultThreadExists(tid), "\(context): the target thread is alive")
             #expect(target.isMakingProgress(), "\(context): the target thread makes progress after the captures")
-            // The slot is usable again once any late handler has drained it: one more capture succeeds.
-            #expect(eventually(timeout: .seconds(5)) { capturer.capture(labelID: 0).status == .ok },
-                    "\(context): a capture after the run succeeds")
+            // The slot is usable again once any late handler has drained it: one more capture completes (the handler
+            // ran: a stack, or in-loader for a thread that is almost always inside dlopen/dlclose by design).
+            #expect(eventually(timeout: .seconds(5)) {
+                let status = capturer.capture(labelID: 0).status
+                return status == .ok || status == .inLoader
+            }, "\(context): a capture after the run completes")
             return tally
         }
 
