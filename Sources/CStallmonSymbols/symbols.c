@@ -5,6 +5,7 @@
 
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
+#include <dwarf.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@ struct cstallmon_symbolizer {
     Dwfl_Callbacks callbacks;
     char *debug_path;
     pid_t pid;  // 0 in offline mode
+    cstallmon_inlined_frame inlined[CSTALLMON_MAX_INLINED];  // the last lookup's inlined functions
 };
 
 static cstallmon_symbolizer *create(const char *debug_path, int offline) {
@@ -63,36 +65,88 @@ int cstallmon_symbolizer_refresh(cstallmon_symbolizer *symbolizer) {
     return rc == 0 ? 0 : -1;
 }
 
-// Swift's toolchain emits no .debug_aranges, and libdw 0.188 does not infer them, so dwfl_module_getsrc finds no
-// compile unit for Swift code. Walk the CUs' own address ranges instead and ask the matching one for the line.
-static void find_line_by_cu_ranges(Dwfl_Module *module, Dwarf_Addr address, cstallmon_symbol *out) {
-    Dwarf_Addr bias = 0;
-    Dwarf_Die *cu = NULL;
-    while ((cu = dwfl_module_nextcu(module, cu, &bias)) != NULL) {
-        const Dwarf_Addr relative = address - bias;
+// The compile unit holding `address`, and the bias to subtract for DWARF addresses. Swift's toolchain emits no
+// .debug_aranges and libdw 0.188 does not infer them, so dwfl_module_addrdie finds no CU for Swift code: walk the
+// CUs' own address ranges then.
+static Dwarf_Die *find_compile_unit(Dwfl_Module *module, Dwarf_Addr address, Dwarf_Addr *bias) {
+    Dwarf_Die *cu = dwfl_module_addrdie(module, address, bias);
+    if (cu) return cu;
+    while ((cu = dwfl_module_nextcu(module, cu, bias)) != NULL) {
+        const Dwarf_Addr relative = address - *bias;
         Dwarf_Addr base = 0, start = 0, end = 0;
         ptrdiff_t offset = 0;
-        int inside = 0;
         while ((offset = dwarf_ranges(cu, offset, &base, &start, &end)) > 0) {
-            if (relative >= start && relative < end) {
-                inside = 1;
-                break;
-            }
+            if (relative >= start && relative < end) return cu;
         }
-        if (!inside) continue;
-        Dwarf_Line *line = dwarf_getsrc_die(cu, relative);
-        if (!line) return;
-        int line_number = 0, column = 0;
-        const char *file = dwarf_linesrc(line, NULL, NULL);
-        dwarf_lineno(line, &line_number);
-        dwarf_linecol(line, &column);
-        if (file && line_number > 0) {
-            out->source_file = file;
-            out->line = line_number;
-            out->column = column;
-        }
+    }
+    return NULL;
+}
+
+// A function DIE's name for demangling: the linkage name (also through DW_AT_abstract_origin, where an inlined
+// instance keeps it), else the plain name.
+static const char *function_name(Dwarf_Die *die) {
+    Dwarf_Attribute attribute;
+    const char *name = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_linkage_name, &attribute));
+    if (!name) name = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attribute));
+    if (!name) name = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_name, &attribute));
+    return name;
+}
+
+// Fills out->inlined from the DW_TAG_inlined_subroutine scopes around `relative`, innermost first, as
+// `eu-addr2line -i` does: the innermost function is at the line table's line; each one's DW_AT_call_file/line is
+// where the next outer function called it. The outermost call site becomes the physical frame's line.
+static void expand_inlined(cstallmon_symbolizer *symbolizer, Dwarf_Die *cu, Dwarf_Addr relative,
+                           cstallmon_symbol *out) {
+    Dwarf_Die *scopes = NULL;
+    int count = dwarf_getscopes(cu, relative, &scopes);
+    if (count <= 0) {
+        free(scopes);
         return;
     }
+    // dwarf_getscopes continues past an inlined instance into its abstract origin's scopes; the concrete chain
+    // of callers comes from the innermost DIE's parents.
+    Dwarf_Die innermost = scopes[0];
+    free(scopes);
+    scopes = NULL;
+    count = dwarf_getscopes_die(&innermost, &scopes);
+    if (count <= 0) {
+        free(scopes);
+        return;
+    }
+    Dwarf_Files *files = NULL;
+    size_t file_count = 0;
+    if (dwarf_getsrcfiles(cu, &files, &file_count) != 0) files = NULL;
+    const char *file = out->source_file;
+    int32_t line = out->line, column = out->column;
+    int found = 0;
+    for (int i = 0; i < count && found < CSTALLMON_MAX_INLINED; i++) {
+        Dwarf_Die *scope = &scopes[i];
+        if (dwarf_tag(scope) != DW_TAG_inlined_subroutine) continue;
+        cstallmon_inlined_frame *frame = &symbolizer->inlined[found++];
+        frame->function = function_name(scope);
+        frame->source_file = file;
+        frame->line = line;
+        frame->column = column;
+        // Where the caller (the next scope out) called this one.
+        Dwarf_Attribute attribute;
+        Dwarf_Word value = 0;
+        file = NULL;
+        line = 0;
+        column = 0;
+        if (files && dwarf_formudata(dwarf_attr(scope, DW_AT_call_file, &attribute), &value) == 0 &&
+            value < file_count) {
+            file = dwarf_filesrc(files, value, NULL, NULL);
+        }
+        if (dwarf_formudata(dwarf_attr(scope, DW_AT_call_line, &attribute), &value) == 0) line = (int32_t)value;
+        if (dwarf_formudata(dwarf_attr(scope, DW_AT_call_column, &attribute), &value) == 0) column = (int32_t)value;
+    }
+    free(scopes);
+    if (found == 0) return;
+    out->inlined = symbolizer->inlined;
+    out->inlined_count = found;
+    out->source_file = line > 0 ? file : NULL;
+    out->line = line > 0 ? line : 0;
+    out->column = line > 0 ? column : 0;
 }
 
 int cstallmon_symbolize(cstallmon_symbolizer *symbolizer, uintptr_t address, cstallmon_symbol *out) {
@@ -113,18 +167,23 @@ int cstallmon_symbolize(cstallmon_symbolizer *symbolizer, uintptr_t address, cst
         out->symbol = symbol_name;
         out->symbol_offset = offset;
     }
-    Dwfl_Line *line = dwfl_module_getsrc(module, (Dwarf_Addr)address);
+    Dwarf_Addr dwarf_bias = 0;
+    Dwarf_Die *cu = find_compile_unit(module, (Dwarf_Addr)address, &dwarf_bias);
+    if (!cu) return 1;
+    const Dwarf_Addr relative = (Dwarf_Addr)address - dwarf_bias;
+    Dwarf_Line *line = dwarf_getsrc_die(cu, relative);
     if (line) {
         int line_number = 0, column = 0;
-        const char *file = dwfl_lineinfo(line, NULL, &line_number, &column, NULL, NULL);
+        const char *file = dwarf_linesrc(line, NULL, NULL);
+        dwarf_lineno(line, &line_number);
+        dwarf_linecol(line, &column);
         if (file && line_number > 0) {
             out->source_file = file;
             out->line = line_number;
             out->column = column;
-            return 1;
         }
     }
-    find_line_by_cu_ranges(module, (Dwarf_Addr)address, out);
+    expand_inlined(symbolizer, cu, relative, out);
     return 1;
 }
 

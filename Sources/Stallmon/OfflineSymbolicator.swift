@@ -49,21 +49,39 @@ public struct OfflineSymbolicator {
             }
             sources[image.path] = chosen
         }
-        for position in report.frames.indices {
-            let frame = report.frames[position]
-            guard let image = frame.image, let symbolizer = usable[image],
-                  let bias = UInt(report.images[image].loadBias.dropFirst(2), radix: 16),
-                  let offsetText = frame.offset, let offset = UInt(offsetText.dropFirst(2), radix: 16) else { continue }
-            var symbol = cstallmon_symbol()
-            guard cstallmon_symbolize(symbolizer, bias + offset, &symbol) == 1 else { continue }
-            if let raw = symbol.symbol {
-                report.frames[position].symbol = Symbolicator.demangle(String(cString: raw))
-                report.frames[position].symbolOffset = Int(symbol.symbol_offset)
+        // Physical frames are symbolicated again; the inlined frames in front of each are dropped and found anew,
+        // so the samples' frame indices are rebuilt.
+        var frames: [StallReport.Frame] = []
+        var expansion: [Int: [Int]] = [:]
+        for (position, frame) in report.frames.enumerated() where frame.inlined != true {
+            var physical = frame
+            var calls: [InlinedCall] = []
+            if let image = frame.image, let symbolizer = usable[image],
+               let bias = UInt(report.images[image].loadBias.dropFirst(2), radix: 16),
+               let offsetText = frame.offset, let offset = UInt(offsetText.dropFirst(2), radix: 16) {
+                var symbol = cstallmon_symbol()
+                if cstallmon_symbolize(symbolizer, bias + offset, &symbol) == 1 {
+                    if let raw = symbol.symbol {
+                        physical.symbol = Symbolicator.demangle(String(cString: raw))
+                        physical.symbolOffset = Int(symbol.symbol_offset)
+                    }
+                    calls = InlinedCall.read(symbol)
+                    if let file = symbol.source_file, symbol.line > 0 {
+                        physical.file = String(cString: file)
+                        physical.line = Int(symbol.line)
+                    } else if !calls.isEmpty {
+                        physical.file = nil
+                        physical.line = nil
+                    }
+                }
             }
-            if let file = symbol.source_file, symbol.line > 0 {
-                report.frames[position].file = String(cString: file)
-                report.frames[position].line = Int(symbol.line)
-            }
+            let logical = StallReport.Frame.expanding(physical, inlined: calls, executable: report.process.executable)
+            expansion[position] = Array(frames.count..<(frames.count + logical.count))
+            frames += logical
+        }
+        report.frames = frames
+        for position in report.samples.indices {
+            report.samples[position].frames = report.samples[position].frames.flatMap { expansion[$0] ?? [] }
         }
         let analysis = StallAggregation.analyze(frames: report.frames, samples: report.samples)
         report.callTree = analysis.tree

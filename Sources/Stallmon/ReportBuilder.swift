@@ -17,7 +17,7 @@ struct ReportBuilder {
 
     func build(_ snapshot: StallSnapshot) -> StallReport {
         var frames: [StallReport.Frame] = []
-        var frameIndex: [FrameKey: Int] = [:]
+        var frameIndices: [FrameKey: [Int]] = [:]
         var samples: [StallReport.Sample] = []
         var topCounts: [String: (count: Int, first: Int, summary: StallReport.FrameSummary)] = [:]
         var pauses: [UInt64] = []
@@ -28,21 +28,24 @@ struct ReportBuilder {
             for (position, address) in sample.frames.enumerated() {
                 let isReturn = position > 0
                 let key = FrameKey(address: address, isReturnAddress: isReturn)
-                let index: Int
-                if let known = frameIndex[key] {
-                    index = known
+                let expanded: [Int]
+                if let known = frameIndices[key] {
+                    expanded = known
                 } else {
                     let symbolized = symbolicator.symbolize(address, isReturnAddress: isReturn)
-                    index = frames.count
-                    frames.append(StallReport.Frame(
+                    let physical = StallReport.Frame(
                         address: hex(address), image: symbolized.imageIndex, module: symbolized.module,
                         buildId: symbolized.buildId, offset: symbolized.moduleOffset.map(hex),
                         symbol: symbolized.symbol, symbolOffset: symbolized.symbolOffset.map { Int($0) },
-                        file: symbolized.file, line: symbolized.line, inApp: symbolized.inApp))
-                    frameIndex[key] = index
+                        file: symbolized.file, line: symbolized.line, inApp: symbolized.inApp)
+                    let logical = StallReport.Frame.expanding(physical, inlined: symbolized.inlined,
+                                                              executable: symbolicator.executablePath)
+                    expanded = Array(frames.count..<(frames.count + logical.count))
+                    frames += logical
+                    frameIndices[key] = expanded
                 }
-                indices.append(index)
-                if top == nil, frames[index].inApp {
+                indices += expanded
+                if top == nil, let index = expanded.first(where: { frames[$0].inApp }) {
                     let frame = frames[index]
                     top = StallReport.FrameSummary(symbol: frame.symbol ?? "\(frame.module ?? "?")+\(frame.offset ?? "?")",
                                                    module: frame.module, file: frame.file, line: frame.line)

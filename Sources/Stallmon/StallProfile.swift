@@ -8,13 +8,16 @@ public struct FlameNode: Codable, Sendable, Equatable {
 }
 
 public enum StallProfile {
-    /// The samples of `reports` as stacks of function names, outermost first.
+    /// The samples of `reports` as stacks of function names, outermost first. Inlined functions carry the `_[i]`
+    /// suffix of `stackcollapse-perf.pl --inline`, which flamegraph.pl colours apart.
     public static func stacks(_ reports: [StallReport]) -> [[String]] {
         reports.flatMap { report in
             report.samples.compactMap { sample -> [String]? in
                 guard sample.status == .ok, sample.idle != true, !sample.frames.isEmpty else { return nil }
                 return sample.frames.reversed().compactMap { index in
-                    report.frames.indices.contains(index) ? StallAggregation.key(report.frames[index]) : nil
+                    guard report.frames.indices.contains(index) else { return nil }
+                    let frame = report.frames[index]
+                    return StallAggregation.key(frame) + (frame.inlined == true ? "_[i]" : "")
                 }
             }
         }

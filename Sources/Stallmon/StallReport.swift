@@ -121,6 +121,25 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var file: String?
         public var line: Int?
         public var inApp: Bool
+        /// True when the compiler inlined this function into the next frame: both share one address, and this
+        /// frame's `file`/`line` is inside the inlined function. Absent for physical frames.
+        public var inlined: Bool?
+
+        public init(address: String, image: Int? = nil, module: String? = nil, buildId: String? = nil,
+                    offset: String? = nil, symbol: String? = nil, symbolOffset: Int? = nil, file: String? = nil,
+                    line: Int? = nil, inApp: Bool, inlined: Bool? = nil) {
+            self.address = address
+            self.image = image
+            self.module = module
+            self.buildId = buildId
+            self.offset = offset
+            self.symbol = symbol
+            self.symbolOffset = symbolOffset
+            self.file = file
+            self.line = line
+            self.inApp = inApp
+            self.inlined = inlined
+        }
     }
 
     public struct FrameSummary: Codable, Sendable, Equatable {

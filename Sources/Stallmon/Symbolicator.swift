@@ -27,6 +27,44 @@ struct SymbolizedAddress: Sendable {
     var file: String?
     var line: Int?
     var inApp: Bool
+    /// Functions the compiler inlined at the address, innermost first; `file`/`line` is then the call site of the
+    /// outermost one in `symbol`.
+    var inlined: [InlinedCall] = []
+}
+
+/// A function inlined at an address, from DWARF, with its name demangled.
+struct InlinedCall: Sendable, Equatable {
+    var symbol: String?
+    var file: String?
+    var line: Int?
+
+    /// The inlined functions libdw found for one lookup, innermost first.
+    static func read(_ symbol: cstallmon_symbol) -> [InlinedCall] {
+        guard let inlined = symbol.inlined, symbol.inlined_count > 0 else { return [] }
+        return UnsafeBufferPointer(start: inlined, count: Int(symbol.inlined_count)).map { frame in
+            InlinedCall(symbol: frame.function.map { Symbolicator.demangle(String(cString: $0)) },
+                        file: frame.line > 0 ? frame.source_file.map { String(cString: $0) } : nil,
+                        line: frame.line > 0 ? Int(frame.line) : nil)
+        }
+    }
+}
+
+extension StallReport.Frame {
+    /// The frames one address stands for: the functions inlined there, innermost first and marked `inlined`, then
+    /// `physical` itself. Inlined frames share the address, module and offset of the physical one.
+    static func expanding(_ physical: StallReport.Frame, inlined calls: [InlinedCall],
+                          executable: String) -> [StallReport.Frame] {
+        calls.map { call in
+            var frame = physical
+            frame.symbol = call.symbol
+            frame.symbolOffset = nil
+            frame.file = call.file
+            frame.line = call.line
+            frame.inlined = true
+            frame.inApp = Symbolicator.isInApp(module: physical.module, symbol: call.symbol, executable: executable)
+            return frame
+        } + [physical]
+    }
 }
 
 /// Turns addresses of this process into module, symbol (demangled) and file:line, with libdw. Runs on the report
@@ -36,8 +74,9 @@ final class Symbolicator {
     private var symbolizer: OpaquePointer?
     private var cache: [UInt: SymbolizedAddress] = [:]
     private(set) var images: [ImageInfo] = []
+    /// /proc/self/exe: frames in it are in-app.
+    let executablePath: String
     private var ranges: [(start: UInt, end: UInt, bias: UInt, index: Int)] = []
-    private let executablePath: String
 
     init() {
         symbolizer = cstallmon_symbolizer_create_for_process(getpid(), nil)
@@ -108,6 +147,7 @@ final class Symbolicator {
                 result.file = String(cString: file)
                 result.line = Int(symbol.line)
             }
+            result.inlined = InlinedCall.read(symbol)
         }
         result.inApp = Symbolicator.isInApp(module: result.module, symbol: result.symbol,
                                             executable: executablePath)
@@ -137,10 +177,13 @@ final class Symbolicator {
     }
 
     /// In-app frames are the user's code: not the C library, the Swift runtime, Foundation, Dispatch, libunwind,
-    /// nor stallmon's own loop and monitor.
+    /// nor stallmon's own loop and monitor; nor standard library code the compiler inlined or specialized into the
+    /// user's binary.
     static func isInApp(module: String?, symbol: String?, executable: String) -> Bool {
         if let symbol {
             if ownPrefixes.contains(where: { symbol.hasPrefix($0) }) { return false }
+            if systemSymbolPrefixes.contains(where: { symbol.hasPrefix($0) }) { return false }
+            if systemSymbolPrefixes.contains(where: { symbol.contains(" of \($0)") }) { return false }  // specializations
             if ownModules.contains(where: { symbol.contains(" in \($0).") }) { return false }  // our closures
         }
         guard let module else { return false }
@@ -156,6 +199,11 @@ final class Symbolicator {
     static let ownPrefixes = ["StallmonLoop.", "Stallmon.", "(extension in Stallmon)", "(extension in StallmonLoop)",
                               "cstallmon_", "partial apply for ", "reabstraction thunk", "thunk for ",
                               "protocol witness for ", "_start", "__libc_start"]
+    /// Modules of the Swift toolchain and C++ library whose code can land in the user's binary (inlined, or
+    /// specialized as `generic specialization <…> of Swift.…`).
+    static let systemSymbolPrefixes = ["Swift.", "(extension in Swift)", "_Concurrency.", "Foundation.",
+                                       "FoundationEssentials.", "Dispatch.", "Synchronization.", "Glibc.", "std::",
+                                       "__gnu_cxx::"]
     static let systemLibraryPrefixes = ["libc.so", "libc-", "libm.so", "libpthread", "ld-linux", "linux-vdso",
                                         "libswift", "libFoundation", "lib_Foundation", "libdispatch",
                                         "libBlocksRuntime", "libstdc++", "libgcc_s", "libunwind", "libdw", "libelf",

@@ -100,6 +100,7 @@ enum ReportText {
             let frame = report.frames[index]
             var name = frame.symbol ?? "???"
             if let offset = frame.symbolOffset { name += " + \(offset)" }
+            if frame.inlined == true { name += " [inlined]" }
             var line = "\(frame.inApp ? ">" : " ") #\(depth) \(frame.address)  \(name)"
             if let file = frame.file, let number = frame.line {
                 line += "  at \(file.split(separator: "/").last.map(String.init) ?? file):\(number)"

@@ -19,17 +19,34 @@ extern "C" {
 
 typedef struct cstallmon_symbolizer cstallmon_symbolizer;
 
+/// A function the compiler inlined at an address, from DWARF's DW_TAG_inlined_subroutine scopes.
+typedef struct {
+    const char *function;       ///< linkage (mangled) name, else the plain name; NULL when DWARF names none
+    const char *source_file;    ///< where in `function` the address is (innermost) or the next inner call sits
+    int32_t line;               ///< 0 when unknown
+    int32_t column;
+} cstallmon_inlined_frame;
+
+/// At most this many inlined functions are reported per address (innermost kept).
+#define CSTALLMON_MAX_INLINED 32
+
 /// What is known of one address. Strings point into the symbolizer and stay valid until the next
-/// cstallmon_symbolizer_refresh or destroy; copy them.
+/// cstallmon_symbolizer_refresh or destroy; copy them. `inlined` is valid until the next cstallmon_symbolize.
 typedef struct {
     const char *module_path;    ///< NULL when no module maps the address
     uintptr_t module_start;     ///< lowest address of the module
     uintptr_t module_bias;      ///< load bias (address - bias = ELF virtual address)
     const char *symbol;         ///< raw (mangled) symbol name, or NULL
     uint64_t symbol_offset;     ///< address - symbol start
-    const char *source_file;    ///< from DWARF line info, or NULL
+    /// From DWARF line info, or NULL. When code was inlined at the address, this is the call site in `symbol`
+    /// of the outermost inlined function, and the innermost line is in `inlined[0]`.
+    const char *source_file;
     int32_t line;               ///< 0 when unknown
     int32_t column;
+    /// Functions inlined at the address, innermost first (each was inlined into the next, the last into
+    /// `symbol`); NULL when there are none or no DWARF describes them.
+    const cstallmon_inlined_frame *inlined;
+    int32_t inlined_count;
 } cstallmon_symbol;
 
 /// A symbolizer for the live process `pid` (modules from /proc/PID/maps). `debug_path` is the separate debug
