@@ -23,11 +23,12 @@ public enum ReportReader {
         return try decode(data, path: path)
     }
 
-    static func readThin(_ path: String) throws(ReportReadError) -> StallReport {
+    /// Reads what a summary needs of one report file (see `decodeDigest`).
+    public static func readDigest(_ path: String) throws(ReportReadError) -> StallDigest {
         guard let data = FileManager.default.contents(atPath: path) else {
-            return try read(path)  // names the reason (missing, directory, permission)
+            return StallDigest(try read(path))  // names the reason (missing, directory, permission)
         }
-        return try decodeThin(data, path: path)
+        return try decodeDigest(data, path: path)
     }
 
     /// Decodes report bytes; `path` only labels errors.
@@ -50,55 +51,58 @@ public enum ReportReader {
         }
     }
 
-    /// Decodes only what a summary needs, in one pass: samples, frames, images and the call tree are skipped and left
-    /// empty in the result. Same validation and errors as `decode`.
-    public static func decodeThin(_ data: Data, path: String) throws(ReportReadError) -> StallReport {
+    /// Decodes what a summary needs of a report. The whole file is checked for JSON syntax and for every member
+    /// a report must have, but only the digest's members are decoded: samples, frames and images, most of a
+    /// report, are skipped (`JSONSkimmer`). Errors are the same as `decode`'s, whose reasons are used.
+    public static func decodeDigest(_ data: Data, path: String) throws(ReportReadError) -> StallDigest {
         if data.isEmpty { throw ReportReadError(path: path, reason: "empty file") }
-        struct Thin: Decodable {
-            var schema: String?
-            var id: String?
-            var ongoing: Bool?
-            var process: StallReport.ProcessDescription?
-            var thread: StallReport.ThreadDescription?
-            var loop: String?
-            var thresholdMs: Double?
-            var start: StallReport.StartTime?
-            var durationMs: Double?
-            var durationSource: String?
-            var label: String?
-            var topFrame: StallReport.FrameSummary?
-            var captures: StallReport.CaptureCounts?
-            var stallClass: StallClass?
-            var signature: String?
-            var suppressedBefore: Int?
-            var frozenMs: Double?
-            enum CodingKeys: String, CodingKey {
-                case schema, id, ongoing, process, thread, loop, thresholdMs, start, durationMs, durationSource, label
-                case topFrame, captures, signature, suppressedBefore, frozenMs
-                case stallClass = "class"
-            }
+        guard let digestJSON = digestMembers(of: data) else {
+            // Not JSON, not an object, or a member missing: the full decoder names the reason. Should it accept
+            // what the skimmer refused, its report stands.
+            return StallDigest(try decode(data, path: path))
         }
-        let thin: Thin
+        let digest: StallDigest
         do {
-            thin = try JSONDecoder().decode(Thin.self, from: data)
+            digest = try JSONDecoder().decode(StallDigest.self, from: digestJSON)
         } catch {
-            // Not an object of the expected shape: let the full decoder name the reason.
-            _ = try decode(data, path: path)
-            throw ReportReadError(path: path, reason: "malformed report: \(error)")
+            return StallDigest(try decode(data, path: path))
         }
-        try checkSchema(thin.schema, path: path)
-        guard let id = thin.id, let ongoing = thin.ongoing, let process = thin.process, let thread = thin.thread,
-              let loop = thin.loop, let thresholdMs = thin.thresholdMs, let start = thin.start,
-              let durationMs = thin.durationMs, let durationSource = thin.durationSource, let label = thin.label,
-              let captures = thin.captures else {
-            _ = try decode(data, path: path)  // names the missing field
-            throw ReportReadError(path: path, reason: "incomplete report")
+        try checkSchema(digest.schema, path: path)
+        return digest
+    }
+
+    /// Members every report has (`StallReport`'s non-optional properties).
+    private static let requiredMembers: [[UInt8]] = StallReport.requiredKeys.map { Array($0.utf8) }
+    /// Members a digest decodes.
+    private static let digestKeys: [[UInt8]] = StallDigest.CodingKeys.allCases.map { Array($0.stringValue.utf8) }
+
+    /// A JSON object of the digest's members of `data`, or nil when `data` is not a JSON object or lacks a member
+    /// every report has.
+    private static func digestMembers(of data: Data) -> Data? {
+        data.withUnsafeBytes { bytes -> Data? in
+            guard let members = try? JSONSkimmer.topLevelMembers(bytes) else { return nil }
+            var required = requiredMembers.count
+            var seen = [Bool](repeating: false, count: required)
+            var digest = Data()
+            digest.reserveCapacity(1024)
+            digest.append(UInt8(ascii: "{"))
+            for member in members {
+                let key = UnsafeRawBufferPointer(rebasing: bytes[member.key])
+                if let index = requiredMembers.firstIndex(where: { $0.elementsEqual(key) }), !seen[index] {
+                    seen[index] = true
+                    required -= 1
+                }
+                guard digestKeys.contains(where: { $0.elementsEqual(key) }) else { continue }
+                if digest.count > 1 { digest.append(UInt8(ascii: ",")) }
+                digest.append(UInt8(ascii: "\""))
+                digest.append(contentsOf: key)
+                digest.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+                digest.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[member.value]))
+            }
+            guard required == 0 else { return nil }
+            digest.append(UInt8(ascii: "}"))
+            return digest
         }
-        return StallReport(schema: thin.schema!, id: id, ongoing: ongoing, process: process, thread: thread, loop: loop,
-                           thresholdMs: thresholdMs, start: start, durationMs: durationMs,
-                           durationSource: durationSource, label: label, topFrame: thin.topFrame, captures: captures,
-                           samples: [], frames: [], images: [], stallClass: thin.stallClass,
-                           frozenMs: thin.frozenMs, signature: thin.signature, suppressedBefore: thin.suppressedBefore)
     }
 
     private static func checkSchema(_ schema: String?, path: String) throws(ReportReadError) {
@@ -115,18 +119,29 @@ public enum ReportReader {
         }
     }
 
-    /// The result of reading a directory of reports.
-    public struct DirectoryScan: Sendable {
-        /// Reports read, oldest first.
-        public var reports: [(path: String, report: StallReport)]
+    /// The result of reading a directory of reports (`StallReport`) or of their digests (`StallDigest`).
+    public struct DirectoryScan<Item: Sendable>: Sendable {
+        /// What was read, oldest first.
+        public var reports: [(path: String, report: Item)]
         /// Files named like reports that could not be read.
         public var problems: [ReportReadError]
     }
 
     /// Reads every `stall-*.json` in `directory` (temporary `.tmp-*` files of writes in progress are not reports),
-    /// on all cores. `thin` decodes only what a summary needs (see `decodeThin`). Throws when the directory itself
-    /// cannot be listed.
-    public static func scan(directory: String, thin: Bool = false) throws(ReportReadError) -> DirectoryScan {
+    /// on all cores. Throws when the directory itself cannot be listed.
+    public static func scan(directory: String) throws(ReportReadError) -> DirectoryScan<StallReport> {
+        try scan(directory: directory, start: \.start.wall) { path throws(ReportReadError) in try read(path) }
+    }
+
+    /// Reads what a summary needs of every report in `directory` (see `decodeDigest`), on all cores.
+    public static func scanDigests(directory: String) throws(ReportReadError) -> DirectoryScan<StallDigest> {
+        try scan(directory: directory, start: \.startWall) { path throws(ReportReadError) in try readDigest(path) }
+    }
+
+    private static func scan<Item: Sendable>(
+        directory: String, start: KeyPath<Item, String>,
+        reading read: @Sendable (String) throws(ReportReadError) -> Item
+    ) throws(ReportReadError) -> DirectoryScan<Item> {
         let names: [String]
         do {
             names = try FileManager.default.contentsOfDirectory(atPath: directory)
@@ -139,19 +154,17 @@ public enum ReportReader {
         }
         let paths = names.sorted().filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
             .map { directory.hasSuffix("/") ? directory + $0 : directory + "/" + $0 }
-        var outcomes = [Result<StallReport, ReportReadError>?](repeating: nil, count: paths.count)
+        var outcomes = [Result<Item, ReportReadError>?](repeating: nil, count: paths.count)
         let chunk = 256
         outcomes.withUnsafeMutableBufferPointer { buffer in
             let slots = UnsafeSendable(buffer)
             DispatchQueue.concurrentPerform(iterations: (paths.count + chunk - 1) / chunk) { block in
                 for index in block * chunk..<min(paths.count, (block + 1) * chunk) {
-                    slots.value[index] = Result { () throws(ReportReadError) -> StallReport in
-                        thin ? try readThin(paths[index]) : try read(paths[index])
-                    }
+                    slots.value[index] = Result { () throws(ReportReadError) -> Item in try read(paths[index]) }
                 }
             }
         }
-        var scan = DirectoryScan(reports: [], problems: [])
+        var scan = DirectoryScan<Item>(reports: [], problems: [])
         for (path, outcome) in zip(paths, outcomes) {
             switch outcome {
             case .success(let report): scan.reports.append((path, report))
@@ -159,7 +172,8 @@ public enum ReportReader {
             case nil: break
             }
         }
-        scan.reports.sort { $0.report.start.wall < $1.report.start.wall }
+        let starts = scan.reports.map { $0.report[keyPath: start] }
+        scan.reports = starts.indices.sorted { starts[$0] < starts[$1] }.map { scan.reports[$0] }
         return scan
     }
 }

@@ -46,6 +46,10 @@ public struct StallReport: Codable, Sendable, Equatable {
     /// Stalls of the same signature that got no report of their own since the previous one (rate limit).
     public var suppressedBefore: Int?
 
+    /// Members every report has: a file without one of them is incomplete.
+    static let requiredKeys = ["schema", "id", "ongoing", "process", "thread", "loop", "thresholdMs", "start",
+                               "durationMs", "durationSource", "label", "captures", "samples", "frames", "images"]
+
     enum CodingKeys: String, CodingKey {
         case schema, id, ongoing, process, thread, loop, thresholdMs, start, durationMs, durationSource, label
         case topFrame, captures, samples, frames, images

@@ -56,18 +56,30 @@ struct ReportCommand: ParsableCommand {
 
     func run() throws {
         let directory = try self.directory ?? config.load().reportDirectory
-        let scan: ReportReader.DirectoryScan
+        // The summary needs a few members per report; whole reports are only decoded for --folded and --html.
+        let wantsSamples = folded != nil || html != nil
+        let digests: [(path: String, report: StallDigest)]
+        var reports: [String: StallReport] = [:]
+        let problems: [ReportReadError]
         do {
-            // The summary needs a few fields per report; samples are only decoded for --folded and --html.
-            scan = try ReportReader.scan(directory: directory, thin: folded == nil && html == nil)
+            if wantsSamples {
+                let scan = try ReportReader.scan(directory: directory)
+                digests = scan.reports.map { ($0.path, StallDigest($0.report)) }
+                reports = Dictionary(scan.reports.map { ($0.path, $0.report) }, uniquingKeysWith: { first, _ in first })
+                problems = scan.problems
+            } else {
+                let scan = try ReportReader.scanDigests(directory: directory)
+                digests = scan.reports
+                problems = scan.problems
+            }
         } catch {
             warn(error.description)
             throw ExitCode(1)
         }
-        for problem in scan.problems { warn("skipped \(problem.description)") }
+        for problem in problems { warn("skipped \(problem.description)") }
         let lower = try since.map { try TimeBound.parse($0, option: "--since") }
         let upper = try until.map { try TimeBound.parse($0, option: "--until") }
-        let selected = scan.reports.filter { entry in
+        let selected = digests.filter { entry in
             if let loop, entry.report.loop != loop { return false }
             guard lower != nil || upper != nil else { return true }
             guard let start = TimeBound.date(entry.report.start.wall) else { return false }
@@ -75,7 +87,7 @@ struct ReportCommand: ParsableCommand {
             if let upper, start >= upper { return false }
             return true
         }
-        var summary = StallSummary(directory: directory, reports: selected, unreadable: scan.problems.count)
+        var summary = StallSummary(directory: directory, digests: selected, unreadable: problems.count)
         summary.groups = Array(summary.groups.prefix(top))
         switch format {
         case .json:
@@ -85,14 +97,14 @@ struct ReportCommand: ParsableCommand {
         case .text:
             print(SummaryText.render(summary), terminator: "")
         }
-        let reports = selected.map(\.report)
+        let chosen = selected.compactMap { reports[$0.path] }
         if let folded {
-            try write(StallProfile.folded(reports), to: folded)
+            try write(StallProfile.folded(chosen), to: folded)
         }
         if let html {
-            try write(try HTMLReport.render(summary: summary, flame: StallProfile.flameTree(reports)), to: html)
+            try write(try HTMLReport.render(summary: summary, flame: StallProfile.flameTree(chosen)), to: html)
         }
-        if scan.reports.isEmpty && !scan.problems.isEmpty { throw ExitCode(1) }
+        if digests.isEmpty && !problems.isEmpty { throw ExitCode(1) }
     }
 
     private func write(_ text: String, to path: String) throws {

@@ -116,14 +116,21 @@ struct StackCaptureTests {
         loop.run(for: .milliseconds(400))
         monitor.stop()
         let report = try #require(readReports(directory).first)
+        var spinning = 0
         for sample in report.samples where sample.status == .ok {
             let names = sample.frames.compactMap { report.frames[$0].symbol }
             #expect(!names.contains { $0.contains("sampling_handler") || $0.contains("__restore_rt") },
                     "handler or trampoline frames leaked: \(names.prefix(4))")
-            let spinDepth = try #require(names.firstIndex { $0.contains("stallmonTestBusySpin") })
+            guard let spinDepth = names.firstIndex(where: { $0.contains("stallmonTestBusySpin") }) else {
+                // Under load the last sample can land after the block returned, while the loop finishes its pass.
+                #expect(names.contains { $0.contains("Looper") }, "a sample outside the spin is the loop's: \(names)")
+                continue
+            }
+            spinning += 1
             // At the top, below at most the clock read it spins on (vDSO, clock_gettime, our shim, now()); handler
             // and trampoline frames would add more and are excluded by name above.
             #expect(spinDepth <= 5, "the spinning function is at the top of the stack: \(names.prefix(6))")
         }
+        #expect(spinning * 2 > report.samples.count, "most samples caught the spin")
     }
 }

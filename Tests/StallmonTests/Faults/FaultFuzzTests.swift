@@ -390,6 +390,7 @@ extension FaultTests {
                 let decodeStart = faultNow()
                 generating += decodeStart - generated
                 defer { decoding += faultNow() - decodeStart }
+                Self.checkDigestAgreesWithDecode(bytes, path: path, label: "input \(index) \(kinds)")
                 do {
                     report = try ReportReader.decode(Data(bytes), path: path)
                 } catch {
@@ -422,6 +423,30 @@ extension FaultTests {
                     .joined(separator: ", ")
                 + "; known crash inputs not fed: \(skipped)")
             #expect(decoded > 100 && decoded < Self.reportMutations, "the mutations reach both outcomes")
+        }
+
+        /// `stallmon report` reads digests, skimming what it does not need: whatever `decode` accepts, the digest
+        /// accepts with the same values; whatever both refuse, they refuse for the same reason; and the skimmer
+        /// agrees with Foundation's JSONSerialization on what is JSON at all, but for the documented differences. (The digest may accept a report that
+        /// `decode` refuses for a bad value in a member the summary does not read, such as a sample.)
+        static func checkDigestAgreesWithDecode(_ bytes: [UInt8], path: String, label: String) {
+            let full = Result { () throws(ReportReadError) -> StallReport in
+                try ReportReader.decode(Data(bytes), path: path)
+            }
+            let digest = Result { () throws(ReportReadError) -> StallDigest in
+                try ReportReader.decodeDigest(Data(bytes), path: path)
+            }
+            switch (full, digest) {
+            case (.success(let report), .success(let digest)):
+                #expect(digest == StallDigest(report), "\(label): the digest differs from the report")
+            case (.success, .failure(let error)):
+                Issue.record("\(label): decode accepts, the digest refuses: \(error)")
+            case (.failure(let error), .failure(let digestError)):
+                #expect(digestError == error, "\(label): refused for different reasons")
+            case (.failure, .success):
+                break
+            }
+            #expect(JSONSkimmerTests.disagreementWithFoundation(bytes) == nil, "\(label)")
         }
 
         /// What `stallmon report`, `report --folded/--html`, `symbolicate` and the uploader do with a report read
