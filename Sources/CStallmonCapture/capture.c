@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -65,6 +66,10 @@ static struct {
     uintptr_t loader_low, loader_high;
     uintptr_t iterate_low, iterate_high;
     uintptr_t page_size;
+    // glibc's lock on the list of loaded objects (_rtld_global._dl_load_write_lock, a recursive pthread mutex),
+    // which dl_iterate_phdr takes: found at install by watching which mutex in _rtld_global dl_iterate_phdr holds.
+    // NULL when it could not be found; the handler then falls back to scanning the stack.
+    const int32_t *load_write_lock;
     capture_slot slots[CSTALLMON_MAX_SLOTS];
 } g_state = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
@@ -89,6 +94,7 @@ pid_t cstallmon_gettid(void) { return (pid_t)syscall(SYS_gettid); }
 int cstallmon_sigrtmin(void) { return SIGRTMIN; }
 int cstallmon_sigrtmax(void) { return SIGRTMAX; }
 int cstallmon_installed_signal(void) { return atomic_load(&g_state.signal_number); }
+int cstallmon_loader_lock_found(void) { return g_state.load_write_lock != NULL; }
 
 static void futex_wake_all(_Atomic int32_t *word) {
     syscall(SYS_futex, (int32_t *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
@@ -116,18 +122,29 @@ static int in_loader_code(uintptr_t address) {
            (address >= g_state.iterate_low && address < g_state.iterate_high);
 }
 
-// Async-signal-safe (reads the interrupted thread's own stack, within its recorded bounds). True when the thread was
-// interrupted in, or has a return address (in the top 1 KiB of its stack) into, the dynamic loader or dl_iterate_phdr: it may then hold the loader
-// lock (possibly half-acquired), and unwinding, which calls dl_iterate_phdr, could deadlock. Conservative: a stale
-// loader address left on the stack only costs one sample.
-static int interrupted_in_loader(const capture_slot *slot, const ucontext_t *context) {
+// Async-signal-safe (reads one mutex's words). True when `tid` holds, or may be taking, the loader's list lock:
+// the lock word is set and the owner is that thread, or not yet recorded (pthread_mutex_lock sets the owner just
+// after the lock word). Unwinding would then call dl_iterate_phdr on a lock this very thread holds, possibly half
+// taken. A lock another thread holds only makes the unwind wait for it, and that thread is not stopped.
+static int loader_lock_held_by(const int32_t *mutex, pid_t tid) {
+    // struct __pthread_mutex_s: __lock at 0, __count at 4, __owner at 8.
+    if (__atomic_load_n(&mutex[0], __ATOMIC_ACQUIRE) == 0) return 0;
+    const int32_t owner = __atomic_load_n(&mutex[2], __ATOMIC_RELAXED);
+    return owner == 0 || owner == tid;
+}
+
+// Async-signal-safe. True when unwinding the interrupted thread could deadlock or read a list being changed: its
+// program counter is in the dynamic loader or dl_iterate_phdr, or it holds the loader's list lock. Without the
+// lock's address (an unknown glibc), the top 1 KiB of its stack is scanned for return addresses into the loader
+// instead, which stale addresses in live frames can fool into skipping samples.
+static int interrupted_in_loader(const capture_slot *slot, const ucontext_t *context, pid_t tid) {
 #if defined(__x86_64__)
     const uintptr_t pc = (uintptr_t)context->uc_mcontext.gregs[REG_RIP];
     if (in_loader_code(pc)) return 1;
+    if (g_state.load_write_lock) return loader_lock_held_by(g_state.load_write_lock, tid);
     const uintptr_t sp = (uintptr_t)context->uc_mcontext.gregs[REG_RSP] & ~(uintptr_t)7;
     // The loader frame that takes or holds the lock sits right above the interrupted point (pthread_mutex_lock
-    // called from _dl_close_worker, say), so 1 KiB suffices; a wider window finds stale loader addresses in the
-    // uninitialised slots of live frames and skips samples of threads that are nowhere near the loader.
+    // called from _dl_close_worker, say), so 1 KiB suffices.
     uintptr_t end = sp + 1024;
     if (slot->stack_high != 0 && sp >= slot->stack_low && sp < slot->stack_high) {
         if (end > slot->stack_high) end = slot->stack_high;
@@ -143,6 +160,7 @@ static int interrupted_in_loader(const capture_slot *slot, const ucontext_t *con
 #else
     (void)slot;
     (void)context;
+    if (g_state.load_write_lock) return loader_lock_held_by(g_state.load_write_lock, tid);
 #endif
     return 0;
 }
@@ -219,7 +237,7 @@ static void sampling_handler(int signal_number, siginfo_t *info, void *ucontext)
                 if (expected == SLOT_ABANDONED) drain_abandoned(slot, SLOT_ABANDONED);
                 continue;
             }
-            slot->in_loader = interrupted_in_loader(slot, (const ucontext_t *)ucontext);
+            slot->in_loader = interrupted_in_loader(slot, (const ucontext_t *)ucontext, self);
             if (slot->in_loader) {
                 slot->frame_count = 0;
                 slot->truncated = 0;
@@ -285,7 +303,63 @@ static int find_loader(struct dl_phdr_info *info, size_t size, void *unused) {
     return 1;
 }
 
-// NOT async-signal-safe. Records the code ranges in which a thread may hold the loader lock (see the handler).
+// What find_load_write_lock's dl_iterate_phdr callback saw of _rtld_global while dl_iterate_phdr held its lock.
+typedef struct {
+    const unsigned char *rtld_global;
+    size_t size;
+    unsigned char *inside;  // a copy taken inside the callback
+    int copied;
+} lock_probe;
+
+static int copy_rtld_global(struct dl_phdr_info *info, size_t size, void *context) {
+    (void)info;
+    (void)size;
+    lock_probe *probe = context;
+    memcpy(probe->inside, probe->rtld_global, probe->size);
+    probe->copied = 1;
+    return 1;  // one object is enough
+}
+
+// NOT async-signal-safe (allocates, calls dl_iterate_phdr). Finds _rtld_global._dl_load_write_lock without knowing
+// glibc's private layout: the one recursive mutex in _rtld_global that is free before dl_iterate_phdr and held by
+// this thread (count 1, owner our tid) inside its callback. Anything but exactly one such mutex: not found.
+static const int32_t *find_load_write_lock(void) {
+    const unsigned char *rtld_global = dlsym(RTLD_DEFAULT, "_rtld_global");
+    Dl_info info;
+    const ElfW(Sym) *symbol = NULL;
+    if (!rtld_global || !dladdr1(rtld_global, &info, (void **)&symbol, RTLD_DL_SYMENT) || !symbol) return NULL;
+    const size_t size = symbol->st_size;
+    if (size < 40 || size > (1 << 20)) return NULL;
+    lock_probe probe = {.rtld_global = rtld_global, .size = size, .inside = malloc(size)};
+    unsigned char *before = malloc(size);
+    const int32_t *found = NULL;
+    if (probe.inside && before) {
+        memcpy(before, rtld_global, size);
+        dl_iterate_phdr(copy_rtld_global, &probe);
+        const int32_t tid = (int32_t)syscall(SYS_gettid);
+        int matches = 0;
+        for (size_t offset = 0; probe.copied && offset + 20 <= size; offset += 8) {
+            int32_t outside_words[5], inside_words[5];  // __lock, __count, __owner, __nusers, __kind
+            memcpy(outside_words, before + offset, sizeof outside_words);
+            memcpy(inside_words, probe.inside + offset, sizeof inside_words);
+            const int free_before = outside_words[0] == 0 && outside_words[1] == 0 && outside_words[2] == 0 &&
+                                    outside_words[4] == PTHREAD_MUTEX_RECURSIVE_NP;
+            const int held_inside = inside_words[0] != 0 && inside_words[1] == 1 && inside_words[2] == tid &&
+                                    inside_words[4] == PTHREAD_MUTEX_RECURSIVE_NP;
+            if (free_before && held_inside) {
+                matches++;
+                found = (const int32_t *)(rtld_global + offset);
+            }
+        }
+        if (matches != 1) found = NULL;
+    }
+    free(before);
+    free(probe.inside);
+    return found;
+}
+
+// NOT async-signal-safe. Records the code ranges in which a thread may hold the loader lock, and the lock itself
+// (see the handler).
 static void record_loader_ranges(void) {
     long page = sysconf(_SC_PAGESIZE);
     g_state.page_size = page > 0 ? (uintptr_t)page : 4096;
@@ -300,6 +374,7 @@ static void record_loader_ranges(void) {
         g_state.iterate_low = (uintptr_t)iterate;
         g_state.iterate_high = (uintptr_t)iterate + 1024;  // unknown size: a generous guess
     }
+    g_state.load_write_lock = find_load_write_lock();
 }
 
 // Runs libunwind once outside any handler: its one-time global init (tdep_init) takes locks we must never meet

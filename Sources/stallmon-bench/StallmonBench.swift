@@ -58,7 +58,14 @@ struct Run: ParsableCommand {
         let chosen = Set(sections.split(separator: ",").map(String.init))
         let scratch = FileManager.default.temporaryDirectory.path + "/stallmon-bench-\(getpid())"
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        defer {
+            // STALLMON_BENCH_KEEP=1 keeps the scratch directory (template report, generated reports) to inspect.
+            if ProcessInfo.processInfo.environment["STALLMON_BENCH_KEEP"] == nil {
+                try? FileManager.default.removeItem(atPath: scratch)
+            } else {
+                print("kept \(scratch)")
+            }
+        }
         print("stallmon-bench: \(ProcessInfo.processInfo.activeProcessorCount) cores, "
             + "\(quick ? "quick" : "full") run, \(WallClockText.now())")
 

@@ -28,6 +28,23 @@ private final class ParkedThread: @unchecked Sendable {
     }
 }
 
+/// Spins with an address inside the dynamic loader stored in its own frame, as real stacks keep stale return
+/// addresses of lazy binding (`_dl_runtime_resolve`) in slots that live frames have not overwritten.
+@inline(never)
+func stallmonTestSpinWithLoaderAddressInFrame(milliseconds: Int, loaderAddress: UInt) -> UInt64 {
+    var words = (loaderAddress, loaderAddress, loaderAddress, loaderAddress)
+    let end = MonotonicInstant.now().advanced(by: .milliseconds(milliseconds))
+    var accumulator = UInt64(words.0 & 1)
+    while MonotonicInstant.now() < end {
+        for value in 0..<1000 { accumulator = accumulator &* 6364136223846793005 &+ UInt64(value) }
+        words.1 = words.2  // keeps the words in this frame's memory
+    }
+    return accumulator &+ UInt64(words.3 & 1)
+}
+
+/// Set to stop `spinInsideDlIteratePhdr`.
+private let stopSpinningInLoader = Atomic<Bool>(false)
+
 @Suite(.serialized)
 struct StackCaptureTests {
     static func installDefaultSignal() throws -> Int32 {
@@ -132,5 +149,56 @@ struct StackCaptureTests {
             #expect(spinDepth <= 5, "the spinning function is at the top of the stack: \(names.prefix(6))")
         }
         #expect(spinning * 2 > report.samples.count, "most samples caught the spin")
+    }
+
+    @Test func staleLoaderAddressesOnTheStackDoNotHideTheStack() throws {
+        let loaderAddress = UInt(bitPattern: dlsym(nil, "__tls_get_addr"))
+        try #require(loaderAddress != 0, "__tls_get_addr is in ld.so")
+        let directory = makeTemporaryDirectory()
+        let loop = try Looper(name: "stale-loader-address")
+        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                         reportDirectory: directory))
+        monitor.start()
+        loop.perform { _ = stallmonTestSpinWithLoaderAddressInFrame(milliseconds: 250, loaderAddress: loaderAddress) }
+        loop.run(for: .milliseconds(450))
+        monitor.stop()
+        #expect(cstallmon_loader_lock_found() == 1, "glibc's loader list lock was found, so no stack scan is needed")
+        let report = try #require(readReports(directory).first)
+        let unwound = report.samples.filter { $0.status == .ok }.count
+        #expect(unwound * 2 > report.samples.count, "most samples have a stack: \(report.samples.map(\.status))")
+        #expect(report.frames.contains { $0.symbol?.contains("stallmonTestSpinWithLoaderAddressInFrame") == true })
+    }
+
+    @Test func aThreadHoldingTheLoaderListLockIsNotUnwound() throws {
+        _ = try Self.installDefaultSignal()
+        defer { cstallmon_release() }
+        typealias Callback = @convention(c) (OpaquePointer?, Int, UnsafeMutableRawPointer?) -> Int32
+        typealias IteratePhdr = @convention(c) (Callback, UnsafeMutableRawPointer?) -> Int32
+        let symbol = UInt(bitPattern: dlsym(nil, "dl_iterate_phdr"))
+        try #require(symbol != 0)
+        let iterate = unsafeBitCast(symbol, to: IteratePhdr.self)
+        let tid = Atomic<Int32>(0)
+        let finished = DispatchSemaphore(value: 0)
+        stopSpinningInLoader.store(false, ordering: .relaxed)
+        Thread.detachNewThread {
+            tid.store(cstallmon_gettid(), ordering: .releasing)
+            // dl_iterate_phdr holds the loader's list lock while its callback runs: unwinding here would take it
+            // again, from a signal handler.
+            _ = iterate({ _, _, _ in
+                while !stopSpinningInLoader.load(ordering: .relaxed) { sched_yield() }
+                return 1
+            }, nil)
+            finished.signal()
+        }
+        while tid.load(ordering: .acquiring) == 0 { usleep(1000) }
+        usleep(20_000)  // inside the callback by now
+        let slot = cstallmon_slot_acquire(tid.load(ordering: .acquiring))
+        try #require(slot >= 0)
+        let capturer = StackCapturer(slot: slot, maxFrames: 64, timeout: .milliseconds(200))
+        let statuses = (0..<5).map { _ in capturer.capture(labelID: 0).status }
+        stopSpinningInLoader.store(true, ordering: .relaxed)
+        finished.wait()
+        cstallmon_slot_release(slot)
+        #expect(statuses.allSatisfy { $0 == .inLoader }, "\(statuses)")
     }
 }

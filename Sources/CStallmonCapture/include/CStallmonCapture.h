@@ -71,6 +71,11 @@ void cstallmon_release(void);
 /// The signal stallmon owns in this process, or 0. Async-signal-safe.
 int cstallmon_installed_signal(void);
 
+/// 1 when cstallmon_install found glibc's loader list lock, so the handler skips exactly the samples of a thread
+/// holding it (CSTALLMON_CAPTURE_IN_LOADER); 0 when it falls back to scanning the stack for loader return
+/// addresses. Async-signal-safe.
+int cstallmon_loader_lock_found(void);
+
 /// SIGRTMIN and SIGRTMAX, which are functions in glibc and so invisible to Swift. Async-signal-safe.
 int cstallmon_sigrtmin(void);
 int cstallmon_sigrtmax(void);
