@@ -154,8 +154,31 @@ public enum ReportReader {
         }
         let paths = names.sorted().filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
             .map { directory.hasSuffix("/") ? directory + $0 : directory + "/" + $0 }
+        let outcomes = readInParallel(paths, chunk: 256, reading: read)
+        var scan = DirectoryScan<Item>(reports: [], problems: [])
+        for (path, outcome) in zip(paths, outcomes) {
+            switch outcome {
+            case .success(let report): scan.reports.append((path, report))
+            case .failure(let error): scan.problems.append(error)
+            }
+        }
+        let starts = scan.reports.map { $0.report[keyPath: start] }
+        scan.reports = starts.indices.sorted { starts[$0] < starts[$1] }.map { scan.reports[$0] }
+        return scan
+    }
+}
+
+extension ReportReader {
+    /// Reads the report files at `paths` on all cores; results in the order of `paths`.
+    static func readAll(_ paths: [String]) -> [Result<StallReport, ReportReadError>] {
+        readInParallel(paths, chunk: 4) { path throws(ReportReadError) in try read(path) }
+    }
+
+    /// `read` over `paths` on all cores, `chunk` paths per work item; results in the order of `paths`.
+    fileprivate static func readInParallel<Item>(
+        _ paths: [String], chunk: Int, reading read: @Sendable (String) throws(ReportReadError) -> Item
+    ) -> [Result<Item, ReportReadError>] {
         var outcomes = [Result<Item, ReportReadError>?](repeating: nil, count: paths.count)
-        let chunk = 256
         outcomes.withUnsafeMutableBufferPointer { buffer in
             let slots = UnsafeSendable(buffer)
             DispatchQueue.concurrentPerform(iterations: (paths.count + chunk - 1) / chunk) { block in
@@ -164,17 +187,7 @@ public enum ReportReader {
                 }
             }
         }
-        var scan = DirectoryScan<Item>(reports: [], problems: [])
-        for (path, outcome) in zip(paths, outcomes) {
-            switch outcome {
-            case .success(let report): scan.reports.append((path, report))
-            case .failure(let error): scan.problems.append(error)
-            case nil: break
-            }
-        }
-        let starts = scan.reports.map { $0.report[keyPath: start] }
-        scan.reports = starts.indices.sorted { starts[$0] < starts[$1] }.map { scan.reports[$0] }
-        return scan
+        return outcomes.map { $0! }
     }
 }
 

@@ -102,6 +102,7 @@ enum OTLP {
             var hostname: String
             var executable: String
         }
+        let dates = WallDateParser()
         var order: [ProcessKey] = []
         var groups: [ProcessKey: [StallReport]] = [:]
         for report in reports {
@@ -126,12 +127,14 @@ enum OTLP {
             }
             return ResourceLogs(resource: Resource(attributes: attributes),
                                 scopeLogs: [ScopeLogs(scope: scope, logRecords: members.map {
-                                    logRecord(for: $0, observedAt: observedAt)
+                                    logRecord(for: $0, observedAt: observedAt, dates: dates)
                                 })])
         })
     }
 
-    static func logRecord(for report: StallReport, observedAt: UInt64) -> LogRecord {
+    static func logRecord(for report: StallReport, observedAt: UInt64, dates: WallDateParser = WallDateParser())
+        -> LogRecord
+    {
         let top = report.topFrame?.displayName ?? StallSummary.noInAppFrame
         var attributes: [KeyValue] = [
             KeyValue(key: "event.name", value: .string("stallmon.stall")),
@@ -155,18 +158,25 @@ enum OTLP {
         }
         let stack = StackText.mostCommonStack(report)
         if !stack.isEmpty { attributes.append(KeyValue(key: "stallmon.stall.stack", value: .string(stack))) }
-        let start = wallNanoseconds(report.start.wall)
+        let start = dates.nanoseconds(report.start.wall)
         let body = "loop \"\(report.loop)\" stalled \(String(format: "%.1f", report.durationMs)) ms"
             + (report.ongoing ? " (ongoing)" : "") + " in \(top)"
         return LogRecord(timeUnixNano: String(start ?? observedAt), observedTimeUnixNano: String(observedAt),
                          severityNumber: severityWarn, severityText: "WARN", body: .string(body),
                          attributes: attributes)
     }
+}
 
-    /// Parses the report's `start.wall` (ISO 8601 UTC with milliseconds) back to epoch nanoseconds.
-    static func wallNanoseconds(_ text: String) -> UInt64? {
+/// Parses reports' `start.wall` (ISO 8601 UTC with milliseconds) back to epoch nanoseconds. One per batch: making
+/// an ISO8601DateFormatter costs more than parsing with it. Not thread-safe.
+struct WallDateParser {
+    private let formatter: ISO8601DateFormatter = {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter
+    }()
+
+    func nanoseconds(_ text: String) -> UInt64? {
         guard let date = formatter.date(from: text) else { return nil }
         let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
         // Before 1970 or past UInt64 nanoseconds (year 2554): not a time OTLP can carry.

@@ -343,7 +343,7 @@ enum FaultKnownCrashes {
         return traps
     }
 
-    /// OTLP.wallNanoseconds: UInt64(milliseconds) * 1_000_000 traps for dates before 1970 or after ~2554.
+    /// WallDateParser.nanoseconds: UInt64(milliseconds) * 1_000_000 traps for dates before 1970 or after ~2554.
     static func wallNanosecondsTrap(_ text: String) -> String? {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
