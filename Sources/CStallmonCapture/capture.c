@@ -193,7 +193,9 @@ static int fast_trace_into(capture_slot *slot, void *ucontext) {
 }
 
 // Async-signal-safe: only atomics, clock_gettime, syscall(gettid/futex) and libunwind's local unwinder, whose
-// unw_init_local2/unw_step are documented signal-safe; with caching off (set at install) they take no lock.
+// unw_init_local2/unw_step are documented signal-safe. With the register-state cache on (see cstallmon_install)
+// they take libunwind's cache mutex, with all signals blocked, so no holder of it can be interrupted by us; the
+// handler never unwinds a thread holding the loader's list lock, which that mutex's holder may wait for.
 static void unwind_into(capture_slot *slot, void *ucontext) {
     unw_cursor_t cursor;
     slot->frame_count = 0;
@@ -427,13 +429,14 @@ int cstallmon_install(int signal_number, char *error_buffer, size_t error_buffer
         pthread_mutex_unlock(&g_state.mutex);
         return -1;
     }
-    // No register-state cache: with a cache, unw_step takes libunwind's global cache mutex (Debian's libunwind has
-    // no per-thread caches, so UNW_CACHE_PER_THREAD silently falls back to it). A thread interrupted inside dlopen
-    // (holding the loader lock) would then wait in our handler for that mutex while its holder, another thread
-    // unwinding, waits in dl_iterate_phdr for the loader lock: a deadlock the fault suite reproduced. Without the
-    // cache the handler path takes no libunwind lock; the fast trace keeps its own lock-free per-thread cache.
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
     record_loader_ranges();
+    // libunwind's register-state cache makes a sample ~10x cheaper, but Debian's libunwind has no per-thread
+    // caches: the cache sits behind one global mutex (taken with signals blocked). The fault suite deadlocked on it
+    // while the handler could unwind a thread holding the loader's list lock: that thread waited in our handler for
+    // the cache mutex while its holder, another thread unwinding, waited in dl_iterate_phdr for the list lock.
+    // With the list lock found, the handler never unwinds its holder, and no such cycle remains: cache on. Without
+    // it (an unknown glibc), caching stays off and the handler path takes no libunwind lock.
+    unw_set_caching_policy(unw_local_addr_space, g_state.load_write_lock ? UNW_CACHE_GLOBAL : UNW_CACHE_NONE);
     prime_unwinder();
 
     struct sigaction action;

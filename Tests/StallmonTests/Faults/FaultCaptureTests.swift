@@ -157,6 +157,63 @@ extension FaultTests {
             #expect(wrongResults.load(ordering: .relaxed) == 0, "the library's function computed right")
         }
 
+        /// The setting of the deadlock libunwind's global cache once caused: one thread unwound while another, also
+        /// being unwound, holds the loader's list lock inside dlopen/dlclose. Three targets (two churning the loader,
+        /// one computing) are captured at the same time from three threads; every capture must stay bounded.
+        @Test func faultConcurrentCapturesWhileTheLoaderChurns() throws {
+            let signalNumber = try FaultSignal.install()
+            defer { cstallmon_release() }
+            let directory = makeTemporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let libraries = try FaultSharedLibrary.build(in: directory, copies: 2)
+            let churners = (0..<2).map { index in
+                FaultThread(name: "fault-loader-\(index)", unblocking: signalNumber) { thread in
+                    let path = libraries[(thread.progress.load(ordering: .relaxed) + index) % libraries.count]
+                    if let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) { dlclose(handle) }
+                }
+            }
+            let computing = FaultThread(name: "fault-compute", unblocking: signalNumber) { _ in
+                _ = stallmonTestBusySpin(milliseconds: 1)
+            }
+            let targets = churners + [computing]
+            defer { #expect(targets.map { $0.stopAndWait() }.allSatisfy { $0 }, "every target stops when asked") }
+            let perTarget = 2000
+            let bound = UInt64((Self.timeout + Self.slack).nanosecondsClamped)
+            let slowest = Atomic<UInt64>(0)
+            let statuses = Mutex<[CaptureStatus: Int]>([:])
+            let finished = DispatchSemaphore(value: 0)
+            for target in targets {
+                let slot = cstallmon_slot_acquire(target.threadID)
+                try #require(slot >= 0)
+                Thread.detachNewThread {
+                    defer { finished.signal() }
+                    let capturer = StackCapturer(slot: slot, maxFrames: 128, timeout: Self.timeout)
+                    for _ in 0..<perTarget {
+                        let start = faultNow()
+                        let status = capturer.capture(labelID: 0).status
+                        let elapsed = faultNow() - start
+                        slowest.max(elapsed, ordering: .relaxed)
+                        statuses.withLock { $0[status, default: 0] += 1 }
+                        if elapsed > bound * 4 { break }
+                        faultSleep(microseconds: status == .ok || status == .inLoader ? 100 : 2_000)
+                    }
+                    _ = eventually(timeout: .seconds(5)) {
+                        [.ok, .inLoader].contains(capturer.capture(labelID: 0).status)
+                    }
+                    cstallmon_slot_release(slot)
+                }
+            }
+            // Bounded: a deadlocked handler would keep a capturer waiting for ever.
+            let allReturned = (0..<targets.count).allSatisfy { _ in finished.wait(timeout: .now() + 60) == .success }
+            #expect(allReturned, "every capturer finished")
+            let tally = statuses.withLock { $0 }
+            print("Fault concurrent captures, loader churn: \(tally), slowest \(Double(slowest.load(ordering: .relaxed)) / 1e6) ms")
+            #expect(slowest.load(ordering: .relaxed) <= bound, "every capture honoured its bound")
+            #expect(tally.values.reduce(0, +) == perTarget * targets.count, "every capture returned")
+            #expect((tally[.ok] ?? 0) > perTarget / 2, "the computing thread and some churners were unwound: \(tally)")
+            #expect(targets.allSatisfy { $0.isMakingProgress() }, "every target still runs")
+        }
+
         @Test func faultMutexContentionAroundTheTargetThread() throws {
             let signalNumber = try FaultSignal.install()
             defer { cstallmon_release() }

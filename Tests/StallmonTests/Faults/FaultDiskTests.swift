@@ -193,8 +193,10 @@ extension FaultTests {
             #expect(harness.errors.isEmpty, "a recreated directory is no error: \(harness.errors)")
             var info = stat()
             #expect(stat(directory, &info) == 0 && info.st_mode & 0o777 == 0o700, "recreated private")
-            let afterDeletion = faultCompleteLines(directory + "/events.jsonl").lines
-            #expect(afterDeletion.contains { $0.contains("\"stall.end\"") }, "the event log was recreated")
+            // The writer counts the report before it appends the event line: give the line a moment.
+            #expect(eventually(timeout: .seconds(5)) {
+                faultCompleteLines(directory + "/events.jsonl").lines.contains { $0.contains("\"stall.end\"") }
+            }, "the event log was recreated")
 
             // Now delete it again and again while stalls are being reported.
             let hammering = Atomic<Bool>(true)
