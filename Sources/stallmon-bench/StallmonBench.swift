@@ -120,13 +120,15 @@ struct LoopOverhead {
     let scratch: String
     let logger: Logger
 
-    enum Mode: String { case post, timer }
+    /// `post` and `timer` do nothing but count: the monitor's cost against an empty pass. `work` posts blocks that
+    /// each compute for about 2 µs, a small but real handler.
+    enum Mode: String { case post, timer, work }
 
     func run(_ results: Results) throws {
         print("\n1. Loop overhead: iterations per second, monitor off vs on (pairs alternate)")
         let rounds = quick ? 3 : 7
         let duration: Duration = quick ? .milliseconds(400) : .seconds(1)
-        for mode in [Mode.post, .timer] {
+        for mode in [Mode.post, .timer, .work] {
             var off: [Double] = []
             var on: [Double] = []
             var ratios: [Double] = []
@@ -181,6 +183,14 @@ struct LoopOverhead {
             loop.perform(label: label, step)
         case .timer:
             loop.schedule(every: .nanoseconds(1), label: label) { count.value += 1 }
+        case .work:
+            let sink = Box(UInt64(1))
+            @Sendable func step() {
+                count.value += 1
+                sink.value = benchWork(sink.value)
+                loop.perform(label: label, step)
+            }
+            loop.perform(label: label, step)
         }
         let start = nowNanoseconds()
         loop.run(for: duration)
