@@ -313,6 +313,8 @@ typedef struct {
     int copied;
 } lock_probe;
 
+// NOT async-signal-safe (runs inside dl_iterate_phdr, at install only). Copies _rtld_global while the list lock is
+// held by this thread.
 static int copy_rtld_global(struct dl_phdr_info *info, size_t size, void *context) {
     (void)info;
     (void)size;
