@@ -1,4 +1,5 @@
 import Foundation
+import StallmonTestSupport
 import Testing
 
 /// What one run of the `stallmon` executable produced.
@@ -28,51 +29,6 @@ struct CLIError: Error, CustomStringConvertible {
 
 /// Finds and runs the `stallmon` executable built next to the test bundle.
 enum CLI {
-    /// The directories that may hold the `stallmon` executable: the test binary's directory, the main bundle and
-    /// its parent (on macOS the `.xctest` bundle sits beside the products).
-    static var candidateDirectories: [URL] {
-        var candidates: [URL] = []
-        if let first = CommandLine.arguments.first {
-            let url = URL(fileURLWithPath: first).standardizedFileURL
-            candidates.append(url.deletingLastPathComponent())
-            candidates.append(url.resolvingSymlinksInPath().deletingLastPathComponent())
-        }
-        candidates.append(Bundle.main.bundleURL)
-        candidates.append(Bundle.main.bundleURL.deletingLastPathComponent())
-        if let executable = Bundle.main.executableURL {
-            candidates.append(executable.deletingLastPathComponent())
-        }
-        for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
-            candidates.append(bundle.bundleURL.deletingLastPathComponent())
-        }
-        var seen = Set<String>()
-        return candidates.filter { seen.insert($0.standardizedFileURL.path).inserted }
-    }
-
-    /// The `stallmon` executable, or an error naming every place looked at.
-    static func executable() throws -> URL {
-        for directory in candidateDirectories {
-            let url = directory.appendingPathComponent("stallmon")
-            var isDirectory: ObjCBool = false
-            if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), !isDirectory.boolValue,
-               FileManager.default.isExecutableFile(atPath: url.path)
-            {
-                return url
-            }
-        }
-        throw CLIError(description: "no `stallmon` executable next to the test bundle; looked in: "
-            + candidateDirectories.map(\.path).joined(separator: ", ")
-            + ". Build it with `swift build --build-tests` (it builds the executable too).")
-    }
-
-    /// The test process's environment without any `STALLMON_*` variable, so the caller's shell cannot change what
-    /// the CLI does; `overrides` are then added.
-    static func environment(_ overrides: [String: String] = [:]) -> [String: String] {
-        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STALLMON_") }
-        for (key, value) in overrides { environment[key] = value }
-        return environment
-    }
-
     /// Runs `stallmon arguments…` to completion (or until `timeout`, when it is killed) and returns its status and
     /// output. Output goes through files, not pipes, so a chatty process can never block on a full pipe.
     static func run(_ arguments: [String], environment overrides: [String: String] = [:],
@@ -107,9 +63,9 @@ final class RunningCLI {
         _ = FileManager.default.createFile(atPath: stderrURL.path, contents: nil)
         stdoutHandle = try FileHandle(forWritingTo: stdoutURL)
         stderrHandle = try FileHandle(forWritingTo: stderrURL)
-        process.executableURL = try CLI.executable()
+        process.executableURL = try StallmonExecutable.url()
         process.arguments = arguments
-        process.environment = CLI.environment(overrides)
+        process.environment = StallmonExecutable.environment(overrides)
         process.currentDirectoryURL = workingDirectory ?? outputDirectory
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = stdoutHandle

@@ -1,4 +1,5 @@
 import Foundation
+import StallmonTestSupport
 import InMemoryLogging
 import Logging
 import Synchronization
@@ -313,14 +314,14 @@ extension FaultTests {
         /// Without mount privileges: `stallmon demo` under RLIMIT_FSIZE of 16 blocks with SIGXFSZ ignored, so every
         /// report write fails with EFBIG (reports are ~35 KB) while the small event log and stdout still fit.
         static func fullDiskFallback() throws {
-            let executable = try FaultCLI.executable()
+            let executable = try StallmonExecutable.url().path
             let root = makeTemporaryDirectory("faultFileSizeLimit")
             defer { try? FileManager.default.removeItem(atPath: root) }
             let shell = try #require(faultTool("sh"))
             let child = try FaultChild(shell, [
                 "-c", #"trap '' XFSZ; ulimit -f 16 && exec "$0" "$@""#, executable, "demo", "--seconds", "2.5",
                 "--stalls", "cpu", "--threshold-ms", "50", "--report-dir", root + "/reports",
-            ], environment: FaultCLI.environment(), stdoutPath: root + "/out", stderrPath: root + "/err")
+            ], environment: StallmonExecutable.environment(), stdoutPath: root + "/out", stderrPath: root + "/err")
             #expect(child.wait(timeout: .seconds(30)), "the demo finished")
             child.kill()
             let output = ((try? String(contentsOfFile: root + "/out", encoding: .utf8)) ?? "")

@@ -258,43 +258,6 @@ func faultTool(_ names: String...) -> String? {
     return nil
 }
 
-// MARK: - The stallmon executable
-
-enum FaultCLI {
-    /// The `stallmon` executable built next to the test binary (as Tests/StallmonCLITests/Support/CLI.swift finds it).
-    static func executable() throws -> String {
-        var candidates: [URL] = []
-        if let first = CommandLine.arguments.first {
-            let url = URL(fileURLWithPath: first).standardizedFileURL
-            candidates.append(url.deletingLastPathComponent())
-            candidates.append(url.resolvingSymlinksInPath().deletingLastPathComponent())
-        }
-        candidates.append(Bundle.main.bundleURL)
-        candidates.append(Bundle.main.bundleURL.deletingLastPathComponent())
-        if let executable = Bundle.main.executableURL { candidates.append(executable.deletingLastPathComponent()) }
-        for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
-            candidates.append(bundle.bundleURL.deletingLastPathComponent())
-        }
-        for directory in candidates {
-            let path = directory.appendingPathComponent("stallmon").path
-            var isDirectory: ObjCBool = false
-            if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue,
-               access(path, X_OK) == 0 {
-                return path
-            }
-        }
-        throw FaultError("no `stallmon` executable next to the test binary; looked in "
-            + candidates.map(\.path).joined(separator: ", ") + " (build with `swift build --build-tests`)")
-    }
-
-    /// The test process's environment without STALLMON_* variables, plus `overrides`.
-    static func environment(_ overrides: [String: String] = [:]) -> [String: String] {
-        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STALLMON_") }
-        for (key, value) in overrides { environment[key] = value }
-        return environment
-    }
-}
-
 // MARK: - Mounts
 
 /// tmpfs and read-only bind mounts for the disk-trouble tests. Root in this container may mount; where it may not

@@ -1,4 +1,5 @@
 import Foundation
+import StallmonTestSupport
 import Testing
 import StallmonLoop
 @testable import Stallmon
@@ -44,7 +45,7 @@ extension FaultTests {
         }
 
         @Test func faultHundredSigkillsLeaveOnlyWholeReportsSpoolEntriesAndEventLines() throws {
-            let executable = try FaultCLI.executable()
+            let executable = try StallmonExecutable.url().path
             let root = makeTemporaryDirectory()
             defer { try? FileManager.default.removeItem(atPath: root) }
             let directory = root + "/reports"
@@ -55,7 +56,7 @@ extension FaultTests {
             // --threshold-ms is what the demo uses.)
             let arguments = ["demo", "--seconds", "3", "--stalls", "cpu,json", "--threshold-ms", "30",
                              "--report-dir", directory]
-            let environment = FaultCLI.environment([
+            let environment = StallmonExecutable.environment([
                 "STALLMON_SPOOL": "on", "STALLMON_THRESHOLD_MS": "30", "STALLMON_INTERIM_AFTER_MS": "90",
             ])
             var random = FaultRandom(seed: 0x5EED_0F_4B11)
