@@ -135,7 +135,7 @@ public enum ReportReader {
 
     /// Reads what a summary needs of every report in `directory` (see `decodeDigest`), on all cores.
     public static func scanDigests(directory: String) throws(ReportReadError) -> DirectoryScan<StallDigest> {
-        try scan(directory: directory, start: \.startWall) { path throws(ReportReadError) in try readDigest(path) }
+        try scan(directory: directory, start: \.start.wall) { path throws(ReportReadError) in try readDigest(path) }
     }
 
     private static func scan<Item: Sendable>(

@@ -155,8 +155,6 @@ public struct StallDigest: Codable, Sendable, Equatable {
     public var topFrame: StallReport.FrameSummary?
     public var suppressedBefore: Int?
 
-    public var startWall: String { start.wall }
-
     enum CodingKeys: String, CodingKey, CaseIterable {
         case schema, id, ongoing, loop, start, durationMs
         case stallClass = "class"

@@ -132,9 +132,7 @@ enum OTLP {
         })
     }
 
-    static func logRecord(for report: StallReport, observedAt: UInt64, dates: WallDateParser = WallDateParser())
-        -> LogRecord
-    {
+    static func logRecord(for report: StallReport, observedAt: UInt64, dates: WallDateParser) -> LogRecord {
         let top = report.topFrame?.displayName ?? StallSummary.noInAppFrame
         var attributes: [KeyValue] = [
             KeyValue(key: "event.name", value: .string("stallmon.stall")),
