@@ -1,20 +1,32 @@
 // swift-tools-version:6.1
 import PackageDescription
 
-// Layout mirrors the architecture:
-//   CStallmonLoopShims  epoll / eventfd / timerfd syscalls Swift's Glibc module does not export
-//   CStallmonCapture    the signal handler and libunwind capture (async-signal-safe core), image list
-//   CStallmonSymbols    libdw symbolication (never called from the handler or the loop thread)
-//   StallmonLoop        the run loop (`Looper`) with CFRunLoop-style observers
-//   Stallmon            the monitor: probe, watchdog, writer, reports, event log, configuration
-//   stallmon            the CLI: demo, report, show, tail
+// One product per concern; a service links only what it uses (README, "Architecture"):
+//   StallmonLoop    the run loop (`Looper`) with CFRunLoop-style observers
+//   Stallmon        the monitor: probe, watchdog, capture, analysis, report writing, event log, configuration.
+//                   swift-log, swift-metrics, libunwind and libdw only: no NIO, HTTP or TLS.
+//   StallmonReport  the `stallmon.report/1` contract and its read side: types, reader, skimmer, summaries
+//   StallmonUpload  spool, batching and retry decisions, OTLP/NDJSON payloads, the async-http-client transport;
+//                   plugs into the monitor as a `StallReportSink`. The transport is behind the `Upload` trait (on by
+//                   default): a service that wants no HTTP client or TLS in its build depends with `traits: []`,
+//                   since SwiftPM builds every target of a dependency's package, used or not.
+//   stallmon        the CLI (demo, report, show, tail, symbolicate, upload): links everything
+// C targets hold what Swift cannot do or import: CStallmonLoopShims (epoll, eventfd, timerfd), CStallmonCapture (the
+// signal handler and libunwind capture), CStallmonSymbols (libdw symbolication).
+// Linux only: the capture, the loop and /proc are Linux's (see Sources/Stallmon/Monitor/Platform.swift).
 let package = Package(
     name: "stallmon",
-    platforms: [.macOS(.v15)],
     products: [
         .library(name: "Stallmon", targets: ["Stallmon"]),
         .library(name: "StallmonLoop", targets: ["StallmonLoop"]),
+        .library(name: "StallmonReport", targets: ["StallmonReport"]),
+        .library(name: "StallmonUpload", targets: ["StallmonUpload"]),
         .executable(name: "stallmon", targets: ["stallmon"]),
+    ],
+    traits: [
+        .trait(name: "Upload", description: "In-process upload of reports over HTTP (async-http-client, SwiftNIO, "
+            + "compress-nio): StallmonUpload's Uploader and `stallmon upload`. Without it, StallmonUpload spools only."),
+        .default(enabledTraits: ["Upload"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -43,19 +55,33 @@ let package = Package(
             name: "StallmonLoop",
             dependencies: ["CStallmonLoopShims"]
         ),
+        .target(name: "StallmonReport"),
         .target(
             name: "Stallmon",
             dependencies: [
                 "StallmonLoop",
+                "StallmonReport",
                 "CStallmonLoopShims",
                 "CStallmonCapture",
                 "CStallmonSymbols",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "CompressNIO", package: "compress-nio"),
+            ]
+        ),
+        .target(
+            name: "StallmonUpload",
+            dependencies: [
+                "Stallmon",
+                "StallmonReport",
+                "CStallmonLoopShims",
+                "CStallmonCapture",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: .when(traits: ["Upload"])),
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["Upload"])),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["Upload"])),
+                .product(name: "NIOHTTP1", package: "swift-nio", condition: .when(traits: ["Upload"])),
+                .product(name: "CompressNIO", package: "compress-nio", condition: .when(traits: ["Upload"])),
             ]
         ),
         .executableTarget(
@@ -63,6 +89,8 @@ let package = Package(
             dependencies: [
                 "Stallmon",
                 "StallmonLoop",
+                "StallmonReport",
+                "StallmonUpload",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -71,24 +99,49 @@ let package = Package(
         .executableTarget(
             name: "stallmon-bench",
             dependencies: [
-                "Stallmon", "StallmonLoop", "CStallmonCapture",
+                "Stallmon", "StallmonLoop", "StallmonReport", "StallmonUpload", "CStallmonCapture",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "StallmonLoopTests", dependencies: ["StallmonLoop"]),
+        .testTarget(name: "StallmonReportTests", dependencies: ["StallmonReport", "StallmonTestSupport"]),
         .testTarget(
             name: "StallmonTests",
             dependencies: [
-                "Stallmon", "StallmonLoop", "CStallmonCapture",
+                "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonCapture",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
                 "StallmonTestSupport",
             ]
         ),
-        .testTarget(name: "StallmonCLITests", dependencies: ["Stallmon", "StallmonTestSupport"]),
+        .testTarget(
+            name: "StallmonUploadTests",
+            dependencies: [
+                "StallmonUpload", "Stallmon", "StallmonLoop", "StallmonReport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
+                "StallmonTestSupport",
+            ]
+        ),
+        .testTarget(
+            name: "StallmonCLITests",
+            dependencies: ["Stallmon", "StallmonReport", "StallmonUpload", "StallmonTestSupport"]
+        ),
+        // The fault suite crosses modules: captures under churn, SIGKILLs of the writer and uploader, bad disks,
+        // seeded mutations of every input.
+        .testTarget(
+            name: "StallmonFaultTests",
+            dependencies: [
+                "Stallmon", "StallmonLoop", "StallmonReport", "StallmonUpload", "CStallmonCapture",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
+                "StallmonTestSupport",
+            ]
+        ),
         // Shared by the test targets: a scripted HTTP collector (receiver.py) on 127.0.0.1.
-        .target(name: "StallmonTestSupport", path: "Tests/StallmonTestSupport", exclude: ["receiver.py"]),
+        .target(name: "StallmonTestSupport", dependencies: ["StallmonLoop", "StallmonReport"], path: "Tests/StallmonTestSupport",
+                exclude: ["receiver.py"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Stallmon
+import StallmonReport
 import StallmonLoop
 import Synchronization
 

@@ -1,6 +1,8 @@
 import Foundation
 import Logging
 import Stallmon
+import StallmonReport
+import StallmonUpload
 import StallmonLoop
 
 /// A real report from a real stall in this process: the template for the scale figures.
@@ -119,6 +121,9 @@ struct UploadThroughput {
 
     func run(_ results: Results) throws {
         print("\n5. Upload to a local collector (127.0.0.1)")
+        #if !Upload
+        print("  (skipping: built without the Upload trait)")
+        #else
         guard FileManager.default.fileExists(atPath: receiver) else {
             print("  (skipping: \(receiver) not found)")
             return
@@ -165,6 +170,7 @@ struct UploadThroughput {
         uploader.stop(deadline: .seconds(1))
         results.add(Figure(section: "upload", name: "uploader CPU while idle (whole process)", value: cpu / wall * 100,
                            unit: "%", target: "≈ 0"))
+        #endif
     }
 
     private func processCPUSeconds() -> Double {

@@ -3,6 +3,7 @@ import CStallmonCapture
 import Foundation
 import Logging
 import Stallmon
+import StallmonReport
 import StallmonLoop
 import Synchronization
 

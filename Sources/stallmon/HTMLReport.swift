@@ -1,5 +1,6 @@
 import Foundation
 import Stallmon
+import StallmonReport
 
 /// `stallmon report --html`: one self-contained page (no network access): the summary, a duration histogram, the
 /// groups table and an interactive flame graph (click to zoom, hover for counts). All code is stallmon's own.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Stallmon
+import StallmonReport
 
 /// `stallmon report [DIR]`: how many stalls, how long, and which code.
 struct ReportCommand: ParsableCommand {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Stallmon
+import StallmonReport
 
 /// `stallmon show REPORT`: one stall with a readable stack.
 struct ShowCommand: ParsableCommand {

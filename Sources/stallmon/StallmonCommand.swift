@@ -1,5 +1,6 @@
 import ArgumentParser
 import Stallmon
+import StallmonReport
 
 /// `stallmon`: run the demo service, read stall reports, follow the event log.
 @main
@@ -14,7 +15,18 @@ struct StallmonCommand: ParsableCommand {
             Exit codes: 0 success; 1 nothing could be read or the command failed; 64 invalid arguments or \
             configuration.
             """,
-        subcommands: [DemoCommand.self, ReportCommand.self, ShowCommand.self, TailCommand.self, UploadCommand.self, SymbolicateCommand.self])
+        subcommands: subcommands)
+
+    /// `upload` needs the package's `Upload` trait (on by default).
+    private static var subcommands: [any ParsableCommand.Type] {
+        var commands: [any ParsableCommand.Type] = [DemoCommand.self, ReportCommand.self, ShowCommand.self,
+                                                    TailCommand.self]
+        #if Upload
+        commands.append(UploadCommand.self)
+        #endif
+        commands.append(SymbolicateCommand.self)
+        return commands
+    }
 }
 
 /// `--config FILE`: where defaults for the report directory and the event log come from.

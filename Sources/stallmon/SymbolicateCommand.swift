@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Stallmon
+import StallmonReport
 
 /// `stallmon symbolicate REPORT`: names again, offline.
 struct SymbolicateCommand: ParsableCommand {

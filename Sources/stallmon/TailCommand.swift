@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Stallmon
+import StallmonReport
 
 /// `stallmon tail [LOG]`: the event log, optionally followed.
 struct TailCommand: ParsableCommand {

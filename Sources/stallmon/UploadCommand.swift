@@ -1,8 +1,12 @@
+// Needs the `Upload` trait (on by default), like StallmonUpload's Uploader.
+#if Upload
 import ArgumentParser
 import Dispatch
 import Foundation
 import Logging
 import Stallmon
+import StallmonReport
+import StallmonUpload
 
 /// `stallmon upload`: deliver the spool to a collector, once or as a daemon.
 struct UploadCommand: ParsableCommand {
@@ -96,3 +100,4 @@ struct UploadCommand: ParsableCommand {
         withExtendedLifetime(sources) {}
     }
 }
+#endif  // Upload

@@ -1,4 +1,7 @@
 import Foundation
+@testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
 import Testing
 
 /// Invalid arguments, configuration files and environment variables: exit 64 with a message naming the culprit.

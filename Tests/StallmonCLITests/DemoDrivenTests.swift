@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 /// Checks that need real reports or a real monitored process: `stallmon demo` runs, one at a time (they measure
 /// wall-clock time on a 2-core machine, so they must not compete with each other).

@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 /// `stallmon demo`: a real monitored service that stalls for real, then `report`, `show` and `tail` on its output.
 /// One demo run (about 5 s) feeds every check.

@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 /// `stallmon report` on reports that carry `class`, `signature` and `suppressedBefore`: grouping by signature,
 /// the CLASS and SIG columns, the histogram, and the same in JSON.

@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 /// `stallmon report DIR`: counts, nearest-rank percentiles and groups by top in-app frame, in JSON and text.
 @Suite("stallmon report")

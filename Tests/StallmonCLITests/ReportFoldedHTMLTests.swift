@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 /// `stallmon report --folded FILE` and `--html FILE` (the page rendered in headless Chromium).
 @Suite("stallmon report --folded / --html")

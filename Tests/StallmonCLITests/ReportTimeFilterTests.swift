@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 /// `stallmon report --since/--until/--loop`: which reports are summarized, by start time and loop.
 @Suite("stallmon report --since/--until/--loop")

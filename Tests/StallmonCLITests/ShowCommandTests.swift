@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 /// `stallmon show FILE…`: one report in words, or the report itself as JSON.
 @Suite("stallmon show")

@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 /// `stallmon show` of a report with the analysis fields: hottest stack, class with thread figures, annotations,
 /// signature, suppressed count.

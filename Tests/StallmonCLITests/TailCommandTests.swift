@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 /// `stallmon tail LOG`: the last events of the JSON-lines log, pretty or raw, and `--follow`.
 @Suite("stallmon tail")

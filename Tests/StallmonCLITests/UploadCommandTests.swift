@@ -1,7 +1,9 @@
 import Foundation
-import StallmonTestSupport
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+@testable import StallmonUpload
+import Testing
 
 /// `stallmon upload`: end to end against the scripted collector on 127.0.0.1.
 @Suite("stallmon upload", .serialized)

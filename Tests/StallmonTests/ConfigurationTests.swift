@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 struct ConfigurationTests {
     @Test func defaultsAreValid() throws {

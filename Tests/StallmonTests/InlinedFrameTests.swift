@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 /// Inlined functions from DWARF: a C library compiled with -O2 -g at test time, whose innermost call sits two
 /// always_inline functions deep, checked against the source's own line numbers and binutils' `addr2line -i`.
@@ -43,8 +45,8 @@ struct InlinedFrameTests {
         let sourcePath = directory + "/inline_probe.c"
         try source.write(toFile: sourcePath, atomically: true, encoding: .utf8)
         let library = directory + "/libinline_probe.so"
-        let compiler = try #require(faultTool("cc", "gcc", "clang"), "no C compiler")
-        let status = FaultChild.run(compiler, ["-shared", "-fPIC", "-O2", "-g", "-o", library, sourcePath],
+        let compiler = try #require(findTool("cc", "gcc", "clang"), "no C compiler")
+        let status = ChildProcess.run(compiler, ["-shared", "-fPIC", "-O2", "-g", "-o", library, sourcePath],
                                     outputPath: directory + "/cc.log")
         try #require(status == 0, "cc: \((try? String(contentsOfFile: directory + "/cc.log", encoding: .utf8)) ?? "")")
         let handle = try #require(dlopen(library, RTLD_NOW))

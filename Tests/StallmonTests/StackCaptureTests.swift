@@ -1,9 +1,11 @@
 import CStallmonCapture
 import Foundation
+@testable import Stallmon
+import StallmonLoop
+@testable import StallmonReport
+import StallmonTestSupport
 import Synchronization
 import Testing
-import StallmonLoop
-@testable import Stallmon
 
 /// A thread that blocks the sampling signal until told to unblock it, then parks until told to exit.
 private final class ParkedThread: @unchecked Sendable {

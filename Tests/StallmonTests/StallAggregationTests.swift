@@ -1,5 +1,7 @@
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 struct StallAggregationTests {
     /// A frame table where index i is function names[i]; `shift` moves every address, as ASLR would.

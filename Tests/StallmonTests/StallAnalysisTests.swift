@@ -1,9 +1,11 @@
 import CStallmonCapture
 import Foundation
+@testable import Stallmon
+import StallmonLoop
+@testable import StallmonReport
+import StallmonTestSupport
 import Synchronization
 import Testing
-import StallmonLoop
-@testable import Stallmon
 
 @inline(never)
 func stallmonTestBlockingRead(milliseconds: Int) {

@@ -1,5 +1,7 @@
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 struct StallDetectorTests {
     let ms: UInt64 = 1_000_000

@@ -1,10 +1,12 @@
 import Foundation
 import InMemoryLogging
 import Logging
+@testable import Stallmon
+import StallmonLoop
+@testable import StallmonReport
+import StallmonTestSupport
 import Synchronization
 import Testing
-import StallmonLoop
-@testable import Stallmon
 
 @Suite(.serialized)
 struct StallMonitorTests {

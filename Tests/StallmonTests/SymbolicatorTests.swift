@@ -1,7 +1,9 @@
 import Foundation
-import StallmonLoop
-import Testing
 @testable import Stallmon
+import StallmonLoop
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 struct SymbolicatorTests {
     @Test func swiftNamesAreDemangled() {

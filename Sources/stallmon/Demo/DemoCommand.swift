@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import Logging
 import Stallmon
+import StallmonReport
+import StallmonUpload
 import StallmonLoop
 import Synchronization
 
@@ -68,8 +70,13 @@ struct DemoCommand: ParsableCommand {
         let loop = try Looper(name: "demo-main")
         let monitor: StallMonitor
         do {
-            monitor = try StallMonitor(loop: loop, configuration: configuration, logger: logger)
-        } catch {
+            // Spooling and upload are StallmonUpload's sink, linked when the configuration asks for them.
+            let sinks: [any StallReportSink] = configuration.upload.spoolEnabled
+                ? [try UploadSink(configuration: configuration, logger: logger)] : []
+            monitor = try StallMonitor(loop: loop, configuration: configuration, logger: logger, sinks: sinks)
+        } catch let error as ConfigurationError {
+            throw ValidationError(error.description)
+        } catch let error as StallMonitorError {
             warn(error.description)
             throw ExitCode(1)
         }

@@ -1,4 +1,6 @@
 import Foundation
+@testable import Stallmon
+@testable import StallmonReport
 import StallmonTestSupport
 import Testing
 

@@ -1,6 +1,8 @@
 import Foundation
-import Testing
 @testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
 
 /// What one run of a non-stallmon tool (chromium, strip, objcopy) produced.
 struct ToolResult: Sendable, CustomStringConvertible {
@@ -72,30 +74,6 @@ enum ExternalTool {
                           timedOut: timedOut,
                           stdout: (try? String(contentsOf: stdoutURL, encoding: .utf8)) ?? "",
                           stderr: (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "")
-    }
-}
-
-/// Stall reports with the fields of a grouped, classified stall set (`stallClass`, `signature`,
-/// `suppressedBefore`), built on `Fixture.report`.
-enum GroupFixture {
-    static func report(id: String = UUID().uuidString.lowercased(), durationMs: Double, topSymbol: String?,
-                       start: String = "2026-01-10T12:00:00.000Z", loop: String = "main",
-                       stallClass: StallClass? = nil, signature: String? = nil,
-                       suppressedBefore: Int? = nil) -> StallReport
-    {
-        var report = Fixture.report(id: id, durationMs: durationMs, topSymbol: topSymbol, loop: loop, start: start)
-        report.stallClass = stallClass
-        report.signature = signature
-        report.suppressedBefore = suppressedBefore
-        return report
-    }
-
-    /// ISO 8601 UTC with milliseconds, the form of `start.wall`.
-    static func iso(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        return formatter.string(from: date)
     }
 }
 

@@ -1,0 +1,117 @@
+import Foundation
+import StallmonLoop
+import StallmonReport
+
+/// Turns a snapshot into a `StallReport`: symbolicates each distinct address once, dedupes frames, picks the top
+/// in-app frame. Runs on the writer thread (or in tests).
+struct ReportBuilder {
+    let symbolicator: Symbolicator
+    let process: StallReport.ProcessDescription
+
+    init(symbolicator: Symbolicator) {
+        self.symbolicator = symbolicator
+        let executable = symbolicator.images.first?.path ?? ""
+        process = StallReport.ProcessDescription(pid: getpid(), executable: executable,
+                                                 buildId: symbolicator.images.first?.buildId,
+                                                 hostname: ReportBuilder.hostname())
+    }
+
+    func build(_ snapshot: StallSnapshot) -> StallReport {
+        var frames: [StallReport.Frame] = []
+        var frameIndices: [FrameKey: [Int]] = [:]
+        var samples: [StallReport.Sample] = []
+        var topCounts: [String: (count: Int, first: Int, summary: StallReport.FrameSummary)] = [:]
+        var pauses: [UInt64] = []
+
+        for sample in snapshot.samples {
+            var indices: [Int] = []
+            var top: StallReport.FrameSummary?
+            for (position, address) in sample.frames.enumerated() {
+                let isReturn = position > 0
+                let key = FrameKey(address: address, isReturnAddress: isReturn)
+                let expanded: [Int]
+                if let known = frameIndices[key] {
+                    expanded = known
+                } else {
+                    let symbolized = symbolicator.symbolize(address, isReturnAddress: isReturn)
+                    let physical = StallReport.Frame(
+                        address: hex(address), image: symbolized.imageIndex, module: symbolized.module,
+                        buildId: symbolized.buildId, offset: symbolized.moduleOffset.map(hex),
+                        symbol: symbolized.symbol, symbolOffset: symbolized.symbolOffset.map { Int($0) },
+                        file: symbolized.file, line: symbolized.line, inApp: symbolized.inApp)
+                    let logical = StallReport.Frame.expanding(physical, inlined: symbolized.inlined,
+                                                              executable: symbolicator.executablePath)
+                    expanded = Array(frames.count..<(frames.count + logical.count))
+                    frames += logical
+                    frameIndices[key] = expanded
+                }
+                indices += expanded
+                if top == nil, let index = expanded.first(where: { frames[$0].inApp }) {
+                    let frame = frames[index]
+                    top = StallReport.FrameSummary(symbol: frame.symbol ?? "\(frame.module ?? "?")+\(frame.offset ?? "?")",
+                                                   module: frame.module, file: frame.file, line: frame.line)
+                }
+            }
+            if let top {
+                let order = topCounts.count
+                var entry = topCounts[top.symbol, default: (0, order, top)]
+                entry.count += 1
+                if entry.summary.line == nil && top.line != nil { entry.summary = top }  // prefer one with file:line
+                topCounts[top.symbol] = entry
+            }
+            if sample.status == .ok { pauses.append(sample.pauseNanoseconds) }
+            let offset = sample.capturedAt > snapshot.since ? sample.capturedAt - snapshot.since : 0
+            let idle = sample.status == .ok && StallAggregation.isIdle(indices, in: frames)
+            samples.append(StallReport.Sample(
+                offsetMs: Double(offset) / 1e6, status: sample.status, frames: indices, truncated: sample.truncated,
+                label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name,
+                state: sample.threadState.map { String($0) }, idle: idle ? true : nil))
+        }
+
+        let analysis = StallAggregation.analyze(frames: frames, samples: samples)
+        let tree = analysis.tree
+        let hottest = analysis.hottest
+        let topFrame = analysis.topFrame
+            ?? topCounts.values.sorted { ($0.count, -$0.first) > ($1.count, -$1.first) }.first?.summary
+        pauses.sort()
+        let captures = StallReport.CaptureCounts(
+            attempted: snapshot.samples.count,
+            succeeded: snapshot.samples.filter { $0.status == .ok }.count,
+            timedOut: snapshot.samples.filter { $0.status == .timedOut }.count,
+            pauseMedianUs: pauses.isEmpty ? nil : Double(pauses[pauses.count / 2]) / 1e3,
+            pauseMaxUs: pauses.last.map { Double($0) / 1e3 })
+        return StallReport(
+            schema: StallReport.currentSchema, id: snapshot.id, ongoing: snapshot.ongoing, process: process,
+            thread: StallReport.ThreadDescription(tid: snapshot.threadID,
+                                                  name: ReportBuilder.threadName(snapshot.threadID)),
+            loop: snapshot.loopName, thresholdMs: Double(snapshot.thresholdNanoseconds) / 1e6,
+            start: StallReport.StartTime(wall: WallClock.iso8601(nanoseconds: snapshot.sinceWall),
+                                         monotonicNs: snapshot.since),
+            durationMs: Double(snapshot.durationNanoseconds) / 1e6,
+            durationSource: snapshot.durationExact ? "loop" : "watchdog",
+            label: LooperLabel(id: snapshot.labelID).name, topFrame: topFrame, captures: captures,
+            samples: samples, frames: frames, images: symbolicator.images,
+            stallClass: snapshot.threadClass, threadStats: snapshot.threadFigures,
+            frozenMs: snapshot.frozenNanoseconds > 0 ? Double(snapshot.frozenNanoseconds) / 1e6 : nil,
+            signature: analysis.signature,
+            hottestStack: hottest, callTree: tree, annotations: snapshot.annotations.isEmpty ? nil : snapshot.annotations)
+    }
+
+    private struct FrameKey: Hashable {
+        var address: UInt
+        var isReturnAddress: Bool
+    }
+
+    static func threadName(_ tid: Int32) -> String {
+        guard let text = try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8) else {
+            return ""
+        }
+        return text.trimmingWhitespace()
+    }
+
+    static func hostname() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "" }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

@@ -1,0 +1,226 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CStallmonCapture
+import CStallmonSymbols
+import StallmonReport
+
+/// What the symbolicator knows of one address.
+struct SymbolizedAddress: Sendable {
+    var imageIndex: Int?
+    var module: String?
+    var buildId: String?
+    var moduleOffset: UInt?
+    var rawSymbol: String?
+    var symbol: String?
+    var symbolOffset: UInt?
+    var file: String?
+    var line: Int?
+    var inApp: Bool
+    /// Functions the compiler inlined at the address, innermost first; `file`/`line` is then the call site of the
+    /// outermost one in `symbol`.
+    var inlined: [InlinedCall] = []
+}
+
+/// A function inlined at an address, from DWARF, with its name demangled.
+struct InlinedCall: Sendable, Equatable {
+    var symbol: String?
+    var file: String?
+    var line: Int?
+
+    /// The inlined functions libdw found for one lookup, innermost first.
+    static func read(_ symbol: cstallmon_symbol) -> [InlinedCall] {
+        guard let inlined = symbol.inlined, symbol.inlined_count > 0 else { return [] }
+        return UnsafeBufferPointer(start: inlined, count: Int(symbol.inlined_count)).map { frame in
+            InlinedCall(symbol: frame.function.map { Symbolicator.demangle(String(cString: $0)) },
+                        file: frame.line > 0 ? frame.source_file.map { String(cString: $0) } : nil,
+                        line: frame.line > 0 ? Int(frame.line) : nil)
+        }
+    }
+}
+
+extension StallReport.Frame {
+    /// The frames one address stands for: the functions inlined there, innermost first and marked `inlined`, then
+    /// `physical` itself. Inlined frames share the address, module and offset of the physical one.
+    static func expanding(_ physical: StallReport.Frame, inlined calls: [InlinedCall],
+                          executable: String) -> [StallReport.Frame] {
+        calls.map { call in
+            var frame = physical
+            frame.symbol = call.symbol
+            frame.symbolOffset = nil
+            frame.file = call.file
+            frame.line = call.line
+            frame.inlined = true
+            frame.inApp = Symbolicator.isInApp(module: physical.module, symbol: call.symbol, executable: executable)
+            return frame
+        } + [physical]
+    }
+}
+
+/// Turns addresses of this process into module, symbol (demangled) and file:line, with libdw. Runs on the report
+/// writer thread and in the CLI only: never in the signal handler, never on the loop thread. Caches per address,
+/// so a 500-sample report symbolicates each distinct address once. Not thread-safe.
+final class Symbolicator {
+    private var symbolizer: OpaquePointer?
+    private var cache: [UInt: SymbolizedAddress] = [:]
+    private(set) var images: [ImageInfo] = []
+    /// /proc/self/exe: frames in it are in-app.
+    let executablePath: String
+    private var ranges: [(start: UInt, end: UInt, bias: UInt, index: Int)] = []
+
+    init() {
+        symbolizer = cstallmon_symbolizer_create_for_process(getpid(), nil)
+        executablePath = Symbolicator.resolveExecutable()
+        refreshImages()
+    }
+
+    deinit {
+        if let symbolizer { cstallmon_symbolizer_destroy(symbolizer) }
+    }
+
+    /// Re-reads the image list and the module maps (after dlopen, or when an address maps to no known image).
+    func refreshImages() {
+        final class Collector {
+            var images: [ImageInfo] = []
+            var ranges: [(start: UInt, end: UInt, bias: UInt, index: Int)] = []
+        }
+        let collector = Collector()
+        withExtendedLifetime(collector) {
+            cstallmon_for_each_image({ image, context in
+                guard let image, let context else { return }
+                let collector = Unmanaged<Collector>.fromOpaque(context).takeUnretainedValue()
+                let info = image.pointee
+                var buildId: String?
+                if let bytes = info.build_id, info.build_id_size > 0 {
+                    buildId = UnsafeBufferPointer(start: bytes, count: Int(info.build_id_size)).hexString
+                }
+                let path = info.path.map { String(cString: $0) } ?? ""
+                collector.ranges.append((UInt(info.start), UInt(info.end), UInt(info.load_bias),
+                                         collector.images.count))
+                collector.images.append(ImageInfo(path: path, buildId: buildId, loadBias: hex(UInt(info.load_bias)),
+                                                  start: hex(UInt(info.start)), end: hex(UInt(info.end))))
+            }, Unmanaged.passUnretained(collector).toOpaque())
+        }
+        images = collector.images
+        ranges = collector.ranges.sorted { $0.start < $1.start }
+        if let symbolizer { _ = cstallmon_symbolizer_refresh(symbolizer) }
+    }
+
+    /// Symbolicates `address`; `isReturnAddress` (every frame but the first) looks up `address - 1` so the call
+    /// site, not the next line, is named.
+    func symbolize(_ address: UInt, isReturnAddress: Bool) -> SymbolizedAddress {
+        let lookup = isReturnAddress && address > 0 ? address - 1 : address
+        if let cached = cache[lookup] { return cached }
+        var image = imageContaining(lookup)
+        if image == nil {
+            refreshImages()
+            image = imageContaining(lookup)
+        }
+        var result = SymbolizedAddress(inApp: false)
+        if let image {
+            let info = images[image.index]
+            result.imageIndex = image.index
+            result.module = info.path
+            result.buildId = info.buildId
+            result.moduleOffset = lookup - image.bias
+        }
+        var symbol = cstallmon_symbol()
+        if let symbolizer, cstallmon_symbolize(symbolizer, lookup, &symbol) == 1 {
+            if result.module == nil, let path = symbol.module_path { result.module = String(cString: path) }
+            if let raw = symbol.symbol {
+                let rawName = String(cString: raw)
+                result.rawSymbol = rawName
+                result.symbol = Symbolicator.demangle(rawName)
+                result.symbolOffset = UInt(symbol.symbol_offset)
+            }
+            if let file = symbol.source_file, symbol.line > 0 {
+                result.file = String(cString: file)
+                result.line = Int(symbol.line)
+            }
+            result.inlined = InlinedCall.read(symbol)
+        }
+        result.inApp = Symbolicator.isInApp(module: result.module, symbol: result.symbol,
+                                            executable: executablePath)
+        cache[lookup] = result
+        return result
+    }
+
+    private func imageContaining(_ address: UInt) -> (bias: UInt, index: Int)? {
+        var low = 0
+        var high = ranges.count
+        while low < high {
+            let mid = (low + high) / 2
+            if ranges[mid].start <= address { low = mid + 1 } else { high = mid }
+        }
+        guard low > 0 else { return nil }
+        let candidate = ranges[low - 1]
+        return address < candidate.end ? (candidate.bias, candidate.index) : nil
+    }
+
+    /// Demangles Swift (with the runtime's demangler) and C++ names; others are returned unchanged.
+    static func demangle(_ name: String) -> String {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        if cstallmon_demangle_swift(name, &buffer, buffer.count) == 1 || cstallmon_demangle_cxx(name, &buffer, buffer.count) == 1 {
+            return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+        return name
+    }
+
+    /// In-app frames are the user's code: not the C library, the Swift runtime, Foundation, Dispatch, libunwind,
+    /// nor stallmon's own loop and monitor; nor standard library code the compiler inlined or specialized into the
+    /// user's binary.
+    static func isInApp(module: String?, symbol: String?, executable: String) -> Bool {
+        if let symbol {
+            if ownPrefixes.contains(where: { symbol.hasPrefix($0) }) { return false }
+            if systemSymbolPrefixes.contains(where: { symbol.hasPrefix($0) }) { return false }
+            if systemSymbolPrefixes.contains(where: { symbol.contains(" of \($0)") }) { return false }  // specializations
+            if ownModules.contains(where: { symbol.contains(" in \($0).") }) { return false }  // our closures
+        }
+        guard let module else { return false }
+        if module == executable { return true }
+        let name = module.split(separator: "/").last.map(String.init) ?? module
+        if systemLibraryPrefixes.contains(where: { name.hasPrefix($0) }) { return false }
+        if systemDirectories.contains(where: { module.hasPrefix($0) }) { return false }
+        return true
+    }
+
+    static let ownModules = ["StallmonLoop", "Stallmon"]
+    /// Stallmon's own code and compiler glue, which is never where the user's work is.
+    static let ownPrefixes = ["StallmonLoop.", "Stallmon.", "(extension in Stallmon)", "(extension in StallmonLoop)",
+                              "cstallmon_", "partial apply for ", "reabstraction thunk", "thunk for ",
+                              "protocol witness for ", "_start", "__libc_start"]
+    /// Modules of the Swift toolchain and C++ library whose code can land in the user's binary (inlined, or
+    /// specialized as `generic specialization <…> of Swift.…`).
+    static let systemSymbolPrefixes = ["Swift.", "(extension in Swift)", "_Concurrency.", "Foundation.",
+                                       "FoundationEssentials.", "Dispatch.", "Synchronization.", "Glibc.", "std::",
+                                       "__gnu_cxx::"]
+    static let systemLibraryPrefixes = ["libc.so", "libc-", "libm.so", "libpthread", "ld-linux", "linux-vdso",
+                                        "libswift", "libFoundation", "lib_Foundation", "libdispatch",
+                                        "libBlocksRuntime", "libstdc++", "libgcc_s", "libunwind", "libdw", "libelf",
+                                        "libXCTest", "libTesting"]
+    static let systemDirectories = ["/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/opt/swift/"]
+
+    private static func resolveExecutable() -> String {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+        guard length > 0 else { return "" }
+        return String(decoding: buffer.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+func hex(_ value: UInt) -> String {
+    "0x" + String(value, radix: 16)
+}
+
+extension UnsafeBufferPointer where Element == UInt8 {
+    var hexString: String {
+        var text = ""
+        text.reserveCapacity(count * 2)
+        for byte in self {
+            let digits = String(byte, radix: 16)
+            if digits.count == 1 { text += "0" }
+            text += digits
+        }
+        return text
+    }
+}

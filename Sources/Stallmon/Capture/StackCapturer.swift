@@ -1,0 +1,60 @@
+import CStallmonCapture
+import StallmonReport
+
+extension CaptureStatus {
+    /// The status the C capture reported.
+    init(_ raw: Int32) {
+        switch raw {
+        case Int32(CSTALLMON_CAPTURE_OK.rawValue): self = .ok
+        case Int32(CSTALLMON_CAPTURE_TIMED_OUT.rawValue): self = .timedOut
+        case Int32(CSTALLMON_CAPTURE_PENDING.rawValue): self = .pending
+        case Int32(CSTALLMON_CAPTURE_SIGNAL_FAILED.rawValue): self = .signalFailed
+        case Int32(CSTALLMON_CAPTURE_UNWIND_FAILED.rawValue): self = .unwindFailed
+        case Int32(CSTALLMON_CAPTURE_IN_LOADER.rawValue): self = .inLoader
+        default: self = .notReady
+        }
+    }
+}
+
+/// One stack sample: raw program counters (frame 0) and return addresses, as the handler stored them.
+struct RawSample: Sendable {
+    var capturedAt: UInt64
+    var status: CaptureStatus
+    var frames: [UInt]
+    var truncated: Bool
+    /// Signal sent → handler finished: how long the loop thread was interrupted (0 when it did not finish).
+    var pauseNanoseconds: UInt64
+    var labelID: UInt32
+    /// The thread's /proc state letter read just before the signal.
+    var threadState: Character? = nil
+}
+
+/// The watchdog's handle on one capture slot. Not thread-safe: one watchdog owns it.
+final class StackCapturer {
+    let slot: Int32
+    let maxFrames: Int
+    let timeoutNanoseconds: Int64
+    private let buffer: UnsafeMutablePointer<UInt>
+
+    init(slot: Int32, maxFrames: Int, timeout: Duration) {
+        self.slot = slot
+        self.maxFrames = maxFrames
+        self.timeoutNanoseconds = timeout.nanosecondsClamped
+        buffer = .allocate(capacity: maxFrames)
+    }
+
+    deinit {
+        buffer.deallocate()
+    }
+
+    func capture(labelID: UInt32) -> RawSample {
+        var result = cstallmon_capture_result()
+        cstallmon_capture(slot, buffer, UInt32(maxFrames), timeoutNanoseconds, &result)
+        let status = CaptureStatus(result.status)
+        let frames = Array(UnsafeBufferPointer(start: buffer, count: Int(result.frame_count)))
+        let pause = result.handler_done_ns > result.signal_sent_ns ? result.handler_done_ns - result.signal_sent_ns : 0
+        let capturedAt = result.handler_entered_ns != 0 ? result.handler_entered_ns : cstallmon_monotonic_ns()
+        return RawSample(capturedAt: capturedAt, status: status, frames: frames, truncated: result.truncated != 0,
+                         pauseNanoseconds: status == .ok ? pause : 0, labelID: labelID)
+    }
+}

@@ -1,0 +1,114 @@
+import CStallmonCapture
+
+/// Everything a `StallMonitor` can be told. The same knobs exist as keys of the config file (see
+/// `config/stallmon.conf`) and as `STALLMON_*` environment variables, which override the file.
+public struct StallMonitorConfiguration: Sendable, Equatable {
+    /// A loop iteration busy for longer than this is a stall. Key `threshold_ms`, default 100 ms.
+    public var threshold: Duration
+    /// While a stall lasts, the stack is sampled this often. Key `sample_interval_ms`, default 10 ms;
+    /// must be shorter than `threshold`.
+    public var sampleInterval: Duration
+    /// At most this many samples per stall. Key `max_samples`, default 500.
+    public var maxSamples: Int
+    /// At most this many frames per sample (deeper stacks are truncated). Key `max_frames`, default 128, ≤ 256.
+    public var maxFrames: Int
+    /// A stall still running after this long gets an interim report marked `ongoing`, replaced by the final one.
+    /// Key `interim_after_ms`, default 2000 ms.
+    public var interimAfter: Duration
+    /// The longest the watchdog waits for one capture before recording "capture timed out". Key
+    /// `capture_timeout_ms`, default 100 ms.
+    public var captureTimeout: Duration
+    /// The real-time signal used to sample the loop thread. Key `signal`, default `SIGRTMIN+3`.
+    public var signal: SamplingSignal
+    /// Where reports go (created 0700 if missing). Key `report_dir`, default `./stallmon-reports`.
+    public var reportDirectory: String
+    /// The JSON-lines event log. Key `event_log`, default `<report_dir>/events.jsonl`.
+    public var eventLogPath: String?
+    /// The event log is rotated when it would grow past this. Key `event_log_max_bytes`, default 10 MiB.
+    public var eventLogMaxBytes: Int
+    /// Rotated logs kept besides the live one (`events.jsonl.1` …). Key `event_log_max_files`, default 3.
+    public var eventLogMaxFiles: Int
+    /// At most this many full reports per stall signature per hour; further stalls of that kind are only counted
+    /// (a `stall.end` line with `suppressed`, and `suppressedBefore` in the next report). Key
+    /// `max_reports_per_signature_per_hour`, default 30.
+    public var maxReportsPerSignaturePerHour = 30
+    /// Spooling and upload of reports (keys `spool`, `upload_*`, `spool_*`, `service_name`); off by default.
+    public var upload = UploadConfiguration()
+
+    /// Creates a configuration; values not given take their defaults. Call `validate()` (the monitor does) to
+    /// check them.
+    public init(threshold: Duration = .milliseconds(100),
+                sampleInterval: Duration = .milliseconds(10),
+                maxSamples: Int = 500,
+                maxFrames: Int = 128,
+                interimAfter: Duration = .milliseconds(2000),
+                captureTimeout: Duration = .milliseconds(100),
+                signal: SamplingSignal = .default,
+                reportDirectory: String = "./stallmon-reports",
+                eventLogPath: String? = nil,
+                eventLogMaxBytes: Int = 10 << 20,
+                eventLogMaxFiles: Int = 3) {
+        self.threshold = threshold
+        self.sampleInterval = sampleInterval
+        self.maxSamples = maxSamples
+        self.maxFrames = maxFrames
+        self.interimAfter = interimAfter
+        self.captureTimeout = captureTimeout
+        self.signal = signal
+        self.reportDirectory = reportDirectory
+        self.eventLogPath = eventLogPath
+        self.eventLogMaxBytes = eventLogMaxBytes
+        self.eventLogMaxFiles = eventLogMaxFiles
+    }
+
+    /// The event log path in effect: `eventLogPath`, or `events.jsonl` in the report directory.
+    public var resolvedEventLogPath: String {
+        eventLogPath ?? (reportDirectory.hasSuffix("/") ? reportDirectory : reportDirectory + "/") + "events.jsonl"
+    }
+
+    /// Throws a `ConfigurationError` naming the first value that makes no sense.
+    public func validate() throws(ConfigurationError) {
+        guard threshold > .zero else {
+            throw .invalid(key: "threshold_ms", value: "\(threshold.milliseconds)", reason: "must be greater than 0")
+        }
+        guard sampleInterval > .zero else {
+            throw .invalid(key: "sample_interval_ms", value: "\(sampleInterval.milliseconds)",
+                           reason: "must be greater than 0")
+        }
+        guard sampleInterval < threshold else {
+            throw .invalid(key: "sample_interval_ms", value: "\(sampleInterval.milliseconds)",
+                           reason: "must be shorter than threshold_ms (\(threshold.milliseconds))")
+        }
+        guard (1...100_000).contains(maxSamples) else {
+            throw .invalid(key: "max_samples", value: "\(maxSamples)", reason: "must be between 1 and 100000")
+        }
+        guard (1...Int(CSTALLMON_MAX_FRAMES)).contains(maxFrames) else {
+            throw .invalid(key: "max_frames", value: "\(maxFrames)",
+                           reason: "must be between 1 and \(CSTALLMON_MAX_FRAMES)")
+        }
+        guard interimAfter > threshold else {
+            throw .invalid(key: "interim_after_ms", value: "\(interimAfter.milliseconds)",
+                           reason: "must be longer than threshold_ms (\(threshold.milliseconds))")
+        }
+        guard captureTimeout > .zero, captureTimeout <= .seconds(5) else {
+            throw .invalid(key: "capture_timeout_ms", value: "\(captureTimeout.milliseconds)",
+                           reason: "must be between 0 (exclusive) and 5000")
+        }
+        guard !reportDirectory.isEmpty else {
+            throw .invalid(key: "report_dir", value: "", reason: "must not be empty")
+        }
+        guard eventLogMaxBytes >= 4096 else {
+            throw .invalid(key: "event_log_max_bytes", value: "\(eventLogMaxBytes)", reason: "must be at least 4096")
+        }
+        guard (0...100).contains(eventLogMaxFiles) else {
+            throw .invalid(key: "event_log_max_files", value: "\(eventLogMaxFiles)",
+                           reason: "must be between 0 and 100")
+        }
+        guard maxReportsPerSignaturePerHour >= 1 else {
+            throw .invalid(key: "max_reports_per_signature_per_hour", value: "\(maxReportsPerSignaturePerHour)",
+                           reason: "must be at least 1")
+        }
+        _ = try signal.resolve()
+        try upload.validate()
+    }
+}

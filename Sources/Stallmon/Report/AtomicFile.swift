@@ -1,0 +1,100 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A file-system operation that failed, with the path and the system's reason.
+public struct FileError: Error, CustomStringConvertible, Sendable {
+    public let path: String
+    public let operation: String
+    public let errorNumber: Int32
+
+    package init(path: String, operation: String, errorNumber: Int32) {
+        self.path = path
+        self.operation = operation
+        self.errorNumber = errorNumber
+    }
+
+    public var description: String {
+        "\(operation) \(path): \(String(cString: strerror(errorNumber)))"
+    }
+
+    package static func last(_ operation: String, _ path: String) -> FileError {
+        FileError(path: path, operation: operation, errorNumber: errno)
+    }
+}
+
+/// Crash-safe file writes: readers see the old file or the new one, never a torn one.
+public enum AtomicFile {
+    /// Writes `bytes` to `path` via a temporary file in the same directory: write all, fsync, rename over `path`,
+    /// fsync the directory. The file gets `mode` (default 0600). On failure the temporary file is removed.
+    public static func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o600) throws(FileError) {
+        let directory = parentDirectory(of: path)
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        let temporary = directory + "/.tmp-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw .last("create", temporary) }
+        do throws(FileError) {
+            try writeAll(fd, bytes, path: temporary)
+            guard fsync(fd) == 0 else { throw FileError.last("fsync", temporary) }
+            guard close(fd) == 0 else {
+                _ = unlink(temporary)
+                throw FileError.last("close", temporary)
+            }
+        } catch {
+            close(fd)
+            _ = unlink(temporary)
+            throw error
+        }
+        guard rename(temporary, path) == 0 else {
+            let failure = FileError.last("rename to", path)
+            _ = unlink(temporary)
+            throw failure
+        }
+        try syncDirectory(directory)
+    }
+
+    /// fsync on the directory, so a rename or unlink in it survives a crash.
+    package static func syncDirectory(_ directory: String) throws(FileError) {
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw .last("open directory", directory) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw .last("fsync directory", directory) }
+    }
+
+    /// write(2) until everything is written, retrying EINTR and short writes.
+    package static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws(FileError) {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeBytes { buffer in
+                Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+            }
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw .last("write", path)
+            }
+            offset += written
+        }
+    }
+
+    /// Creates `path` and missing parents with `mode` (0700). Existing directories are left as they are.
+    public static func createDirectory(_ path: String, mode: mode_t = 0o700) throws(FileError) {
+        var isDirectory = stat()
+        if stat(path, &isDirectory) == 0 {
+            guard (isDirectory.st_mode & S_IFMT) == S_IFDIR else {
+                throw FileError(path: path, operation: "use as directory", errorNumber: ENOTDIR)
+            }
+            return
+        }
+        let parent = parentDirectory(of: path)
+        if parent != path && parent != "." && parent != "/" { try createDirectory(parent, mode: mode) }
+        if mkdir(path, mode) != 0 && errno != EEXIST { throw .last("mkdir", path) }
+    }
+
+    package static func parentDirectory(of path: String) -> String {
+        var trimmed = Substring(path)
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
+        guard let slash = trimmed.lastIndex(of: "/") else { return "." }
+        if slash == trimmed.startIndex { return "/" }
+        return String(trimmed[..<slash])
+    }
+}

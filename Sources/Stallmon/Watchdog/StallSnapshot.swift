@@ -1,0 +1,26 @@
+import StallmonReport
+
+/// What the watchdog knows of a stall, handed to the writer thread: raw samples, no names yet.
+struct StallSnapshot: Sendable {
+    var id: String
+    var loopName: String
+    var threadID: Int32
+    var thresholdNanoseconds: UInt64
+    /// When the stalled iteration began, CLOCK_MONOTONIC and CLOCK_REALTIME.
+    var since: UInt64
+    var sinceWall: UInt64
+    /// Busy time so far (ongoing) or in all (final).
+    var durationNanoseconds: UInt64
+    /// True when `durationNanoseconds` comes from the loop's own clock reads.
+    var durationExact: Bool
+    var ongoing: Bool
+    var elapsedAtDetection: UInt64
+    var labelID: UInt32
+    var samples: [RawSample]
+    /// Where the thread's time went while watched, when /proc could tell.
+    var threadFigures: StallReport.ThreadFigures? = nil
+    var threadClass: StallClass = .unknown
+    /// Whole-process freeze inside the iteration, excluded from `durationNanoseconds`.
+    var frozenNanoseconds: UInt64 = 0
+    var annotations: [String: String] = [:]
+}

@@ -1,0 +1,236 @@
+import CStallmonCapture
+import CStallmonLoopShims
+import Foundation
+import Logging
+import Metrics
+import StallmonLoop
+import StallmonReport
+import Synchronization
+
+/// The watchdog thread of one monitor: reads the loop probe, lets `StallDetector` decide, captures samples and
+/// hands snapshots to the writer. It sleeps on an eventfd with a nanosecond timeout, so `stop()` is immediate and
+/// wake-ups are exactly when the detector asked.
+final class Watchdog: Sendable {
+    private let probe: LoopProbe
+    private let binding: ThreadBinding
+    private let loop: Looper
+    private let configuration: StallMonitorConfiguration
+    private let writer: ReportWriter
+    private let counters: MonitorCounters
+    private let annotations: IterationAnnotations
+    private let logger: Logger
+    private let stopSignal = WakeSignal()
+    private let stopping = Atomic<Bool>(false)
+    private let thread = Mutex<PosixThread?>(nil)
+    private let stallCounter: Counter
+    private let stallDuration: Metrics.Timer
+
+    init(probe: LoopProbe, binding: ThreadBinding, loop: Looper, configuration: StallMonitorConfiguration,
+         writer: ReportWriter, counters: MonitorCounters, annotations: IterationAnnotations, logger: Logger) {
+        self.probe = probe
+        self.annotations = annotations
+        self.binding = binding
+        self.loop = loop
+        self.configuration = configuration
+        self.writer = writer
+        self.counters = counters
+        self.logger = logger
+        stallCounter = Counter(label: "stallmon_stalls_total", dimensions: [("loop", loop.name)])
+        stallDuration = Metrics.Timer(label: "stallmon_stall_duration", dimensions: [("loop", loop.name)])
+    }
+
+    func start() -> Bool {
+        let started = PosixThread.start(name: "stallmon-watch") { [self] in run() }
+        thread.withLock { $0 = started }
+        return started != nil
+    }
+
+    func stop() {
+        stopping.store(true, ordering: .releasing)
+        stopSignal.wake()
+        let running = thread.withLock { thread in
+            defer { thread = nil }
+            return thread
+        }
+        running?.join()
+    }
+
+    // MARK: - Watchdog thread
+
+    private struct Current {
+        var snapshot: StallSnapshot
+        var lastSeenBusy: UInt64
+    }
+
+    /// Scheduler figures of the loop thread when the watchdog first saw an iteration busy.
+    private struct Baseline {
+        var iteration: UInt64
+        var stats: ThreadStats
+        var at: UInt64
+    }
+
+    private func run() {
+        let detectorConfiguration = StallDetector.Configuration(
+            threshold: UInt64(configuration.threshold.nanosecondsClamped),
+            sampleInterval: UInt64(configuration.sampleInterval.nanosecondsClamped),
+            maxSamples: configuration.maxSamples,
+            interimAfter: UInt64(configuration.interimAfter.nanosecondsClamped))
+        let freezeMinimum = max(10_000_000, detectorConfiguration.threshold / 4)
+        var detector = StallDetector(configuration: detectorConfiguration)
+        var freezes = FreezeTracker()
+        var capturer: StackCapturer?
+        var boundThread: Int32 = 0
+        var current: Current?
+        var baseline: Baseline?
+        var warnedAboutBlockedSignal = false
+        var expectedWake: UInt64?
+        var runDelayBeforeSleep = ThreadStats.ownRunDelay() ?? 0
+
+        while !stopping.load(ordering: .acquiring) {
+            let now = cstallmon_monotonic_ns()
+            if let expected = expectedWake {
+                let delayGrowth = (ThreadStats.ownRunDelay() ?? runDelayBeforeSleep) &- runDelayBeforeSleep
+                if freezes.observeWake(expected: expected, actual: now, runDelayGrowth: delayGrowth,
+                                       minimum: freezeMinimum) {
+                    counters.freezes.wrappingAdd(1, ordering: .relaxed)
+                    writer.submit(.frozen(loopName: loop.name, nanoseconds: now - expected))
+                }
+            }
+            guard let bound = binding.load() else {
+                expectedWake = nil
+                waitUntil(now + detectorConfiguration.idlePoll)
+                continue
+            }
+            if capturer?.slot != bound.slot {
+                capturer = StackCapturer(slot: bound.slot, maxFrames: configuration.maxFrames,
+                                         timeout: configuration.captureTimeout)
+                boundThread = bound.tid
+                reportThreadBinding(bound)
+            }
+            let reading = probe.read()
+            // The detector sees the iteration as if it began later by the time the whole process was frozen, so a
+            // SIGSTOP or VM pause is never mistaken for a stall.
+            var adjusted = reading
+            if case .busy(let iteration, let since) = reading {
+                adjusted = .busy(iteration: iteration, since: since + freezes.overlap(start: since, end: now))
+                if baseline?.iteration != iteration, let stats = ThreadStats.read(tid: boundThread) {
+                    baseline = Baseline(iteration: iteration, stats: stats, at: now)
+                }
+            }
+            let (actions, wakeAt) = detector.step(adjusted, now: now)
+            for action in actions {
+                switch action {
+                case .begin(let iteration, _):
+                    guard case .busy(_, let since) = reading else { break }
+                    counters.stallsDetected.wrappingAdd(1, ordering: .relaxed)
+                    stallCounter.increment()
+                    let wallNow = cstallmon_realtime_ns()
+                    var snapshot = StallSnapshot(
+                        id: UUID().uuidString.lowercased(), loopName: loop.name, threadID: boundThread,
+                        thresholdNanoseconds: detectorConfiguration.threshold, since: since,
+                        sinceWall: wallNow - min(wallNow, now - since), durationNanoseconds: now - since,
+                        durationExact: false, ongoing: true, elapsedAtDetection: now - since,
+                        labelID: loop.currentLabel.id, samples: [])
+                    snapshot.annotations = annotations.values(for: iteration)
+                    if let capturer { snapshot.samples.append(takeSample(capturer, tid: boundThread)) }
+                    current = Current(snapshot: snapshot, lastSeenBusy: now)
+                    writer.submit(.begin(snapshot))
+                case .sample:
+                    if let capturer, current != nil {
+                        let sample = takeSample(capturer, tid: boundThread)
+                        current?.snapshot.samples.append(sample)
+                        if sample.status != .ok && !warnedAboutBlockedSignal
+                            && cstallmon_thread_blocks_signal(boundThread, cstallmon_installed_signal()) == 1
+                        {
+                            warnedAboutBlockedSignal = true
+                            logger.warning("stallmon: the loop thread blocks the sampling signal; stacks are missing",
+                                           metadata: ["loop": "\(loop.name)", "tid": "\(boundThread)"])
+                        }
+                    }
+                    current?.lastSeenBusy = now
+                case .interim:
+                    guard var snapshot = current?.snapshot else { break }
+                    snapshot.ongoing = true
+                    snapshot.frozenNanoseconds = freezes.overlap(start: snapshot.since, end: now)
+                    snapshot.durationNanoseconds = now - snapshot.since - snapshot.frozenNanoseconds
+                    describeThread(&snapshot, baseline: baseline, now: now, tid: boundThread)
+                    writer.submit(.interim(snapshot))
+                case .finish(let iteration, _):
+                    guard var snapshot = current?.snapshot else { break }
+                    var end = current?.lastSeenBusy ?? now
+                    if let record = probe.longIterationRecord(iteration) {
+                        end = record.end
+                        snapshot.durationExact = true
+                    } else {
+                        snapshot.durationExact = false  // the loop overwrote the record: this thread was starved
+                    }
+                    snapshot.frozenNanoseconds = freezes.overlap(start: snapshot.since, end: end)
+                    snapshot.durationNanoseconds = end - snapshot.since - min(snapshot.frozenNanoseconds,
+                                                                              end - snapshot.since)
+                    snapshot.ongoing = false
+                    snapshot.annotations.merge(annotations.values(for: iteration)) { _, new in new }
+                    describeThread(&snapshot, baseline: baseline, now: now, tid: boundThread,
+                                   end: snapshot.durationExact ? end : nil)
+                    stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
+                    writer.submit(.finish(snapshot))
+                    current = nil
+                }
+            }
+            if case .busy = reading, current != nil { current?.lastSeenBusy = now }
+            runDelayBeforeSleep = ThreadStats.ownRunDelay() ?? runDelayBeforeSleep
+            expectedWake = max(wakeAt, cstallmon_monotonic_ns())
+            waitUntil(wakeAt)
+        }
+        // Stopped mid-stall: leave the evidence as an ongoing report.
+        if var snapshot = current?.snapshot {
+            snapshot.durationNanoseconds = cstallmon_monotonic_ns() - snapshot.since
+            describeThread(&snapshot, baseline: baseline, now: cstallmon_monotonic_ns(), tid: boundThread)
+            writer.submit(.interim(snapshot))
+        }
+    }
+
+    /// Fills in where the loop thread's time went since the baseline, and the class that follows.
+    /// `end` is the loop's own end of the iteration when known: the time after it, until the watchdog looked, the
+    /// loop was idle in epoll and is not part of the stall.
+    private func describeThread(_ snapshot: inout StallSnapshot, baseline: Baseline?, now: UInt64, tid: Int32,
+                                end: UInt64? = nil) {
+        guard let baseline, let stats = ThreadStats.read(tid: tid), now > baseline.at else { return }
+        var wall = now - baseline.at - min(snapshot.frozenNanoseconds, now - baseline.at)
+        let cpu = min(stats.cpuNanoseconds &- baseline.stats.cpuNanoseconds, wall)
+        let delay = min(stats.runDelayNanoseconds &- baseline.stats.runDelayNanoseconds, wall - cpu)
+        if let end, now > end { wall -= min(now - end, wall - cpu - delay) }  // the idle tail was asleep time
+        snapshot.threadFigures = StallReport.ThreadFigures(
+            windowMs: Double(wall) / 1e6, cpuMs: Double(cpu) / 1e6, runDelayMs: Double(delay) / 1e6,
+            sleepMs: Double(wall - cpu - delay) / 1e6,
+            voluntarySwitches: Int(stats.voluntarySwitches &- baseline.stats.voluntarySwitches),
+            involuntarySwitches: Int(stats.involuntarySwitches &- baseline.stats.involuntarySwitches))
+        snapshot.threadClass = StallClassifier.classify(cpu: cpu, runDelay: delay, wall: wall)
+    }
+
+    private func takeSample(_ capturer: StackCapturer, tid: Int32) -> RawSample {
+        let state = ThreadStats.state(tid: tid)  // before the signal: in the handler the thread is always R
+        var sample = capturer.capture(labelID: loop.currentLabel.id)
+        sample.threadState = state
+        switch sample.status {
+        case .ok: counters.samplesCaptured.wrappingAdd(1, ordering: .relaxed)
+        case .timedOut, .pending: counters.captureTimeouts.wrappingAdd(1, ordering: .relaxed)
+        default: break
+        }
+        return sample
+    }
+
+    private func reportThreadBinding(_ bound: ThreadBinding.Bound) {
+        if bound.warmUpStatus != .ok {
+            logger.warning("stallmon: warming up the capture on the loop thread failed; captures may time out",
+                           metadata: ["loop": "\(loop.name)", "status": "\(bound.warmUpStatus.rawValue)"])
+        }
+        if cstallmon_thread_blocks_signal(bound.tid, cstallmon_installed_signal()) == 1 {
+            logger.warning("stallmon: the loop thread blocks the sampling signal; stacks will be missing",
+                           metadata: ["loop": "\(loop.name)", "tid": "\(bound.tid)"])
+        }
+    }
+
+    private func waitUntil(_ deadline: UInt64) {
+        stopSignal.wait(until: deadline)
+    }
+}

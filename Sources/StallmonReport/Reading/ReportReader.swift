@@ -1,0 +1,198 @@
+import Foundation
+
+/// A file that could not be read as a stall report, and why, in words for people.
+public struct ReportReadError: Error, CustomStringConvertible, Sendable, Equatable {
+    public let path: String
+    public let reason: String
+
+    public var description: String { "\(path): \(reason)" }
+}
+
+/// Reads stall reports from disk, refusing anything that is not a complete report of a schema this build knows.
+public enum ReportReader {
+    /// Decodes one report file.
+    public static func read(_ path: String) throws(ReportReadError) -> StallReport {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw ReportReadError(path: path, reason: "no such file")
+        }
+        guard !isDirectory.boolValue else { throw ReportReadError(path: path, reason: "is a directory") }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ReportReadError(path: path, reason: "cannot be read (permission denied?)")
+        }
+        return try decode(data, path: path)
+    }
+
+    /// Reads what a summary needs of one report file (see `decodeDigest`).
+    public static func readDigest(_ path: String) throws(ReportReadError) -> StallDigest {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            return StallDigest(try read(path))  // names the reason (missing, directory, permission)
+        }
+        return try decodeDigest(data, path: path)
+    }
+
+    /// Decodes report bytes; `path` only labels errors.
+    public static func decode(_ data: Data, path: String) throws(ReportReadError) -> StallReport {
+        if data.isEmpty { throw ReportReadError(path: path, reason: "empty file") }
+        struct SchemaProbe: Decodable { var schema: String? }
+        let probe: SchemaProbe
+        do {
+            probe = try JSONDecoder().decode(SchemaProbe.self, from: data)
+        } catch {
+            throw ReportReadError(path: path, reason: "not valid JSON (truncated or corrupt)")
+        }
+        try checkSchema(probe.schema, path: path)
+        do {
+            return try JSONDecoder().decode(StallReport.self, from: data)
+        } catch let DecodingError.keyNotFound(key, _) {
+            throw ReportReadError(path: path, reason: "incomplete report: missing \"\(key.stringValue)\"")
+        } catch {
+            throw ReportReadError(path: path, reason: "malformed report: \(error)")
+        }
+    }
+
+    /// Decodes what a summary needs of a report. The whole file is checked for JSON syntax and for every member
+    /// a report must have, but only the digest's members are decoded: samples, frames and images, most of a
+    /// report, are skipped (`JSONSkimmer`). Errors are the same as `decode`'s, whose reasons are used.
+    public static func decodeDigest(_ data: Data, path: String) throws(ReportReadError) -> StallDigest {
+        if data.isEmpty { throw ReportReadError(path: path, reason: "empty file") }
+        guard let digestJSON = digestMembers(of: data) else {
+            // Not JSON, not an object, or a member missing: the full decoder names the reason. Should it accept
+            // what the skimmer refused, its report stands.
+            return StallDigest(try decode(data, path: path))
+        }
+        let digest: StallDigest
+        do {
+            digest = try JSONDecoder().decode(StallDigest.self, from: digestJSON)
+        } catch {
+            return StallDigest(try decode(data, path: path))
+        }
+        try checkSchema(digest.schema, path: path)
+        return digest
+    }
+
+    /// Members every report has (`StallReport`'s non-optional properties).
+    private static let requiredMembers: [[UInt8]] = StallReport.requiredKeys.map { Array($0.utf8) }
+    /// Members a digest decodes.
+    private static let digestKeys: [[UInt8]] = StallDigest.CodingKeys.allCases.map { Array($0.stringValue.utf8) }
+
+    /// A JSON object of the digest's members of `data`, or nil when `data` is not a JSON object or lacks a member
+    /// every report has.
+    private static func digestMembers(of data: Data) -> Data? {
+        data.withUnsafeBytes { bytes -> Data? in
+            guard let members = try? JSONSkimmer.topLevelMembers(bytes) else { return nil }
+            var required = requiredMembers.count
+            var seen = [Bool](repeating: false, count: required)
+            var digest = Data()
+            digest.reserveCapacity(1024)
+            digest.append(UInt8(ascii: "{"))
+            for member in members {
+                let key = UnsafeRawBufferPointer(rebasing: bytes[member.key])
+                if let index = requiredMembers.firstIndex(where: { $0.elementsEqual(key) }), !seen[index] {
+                    seen[index] = true
+                    required -= 1
+                }
+                guard digestKeys.contains(where: { $0.elementsEqual(key) }) else { continue }
+                if digest.count > 1 { digest.append(UInt8(ascii: ",")) }
+                digest.append(UInt8(ascii: "\""))
+                digest.append(contentsOf: key)
+                digest.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+                digest.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[member.value]))
+            }
+            guard required == 0 else { return nil }
+            digest.append(UInt8(ascii: "}"))
+            return digest
+        }
+    }
+
+    private static func checkSchema(_ schema: String?, path: String) throws(ReportReadError) {
+        guard let schema else {
+            throw ReportReadError(path: path, reason: "not a stallmon report (no \"schema\" field)")
+        }
+        let prefix = "stallmon.report/"
+        guard schema.hasPrefix(prefix), let version = Int(schema.dropFirst(prefix.count)) else {
+            throw ReportReadError(path: path, reason: "not a stallmon report (schema \"\(schema)\")")
+        }
+        guard version <= 1 else {
+            throw ReportReadError(path: path, reason: "written by a newer stallmon (schema \(schema)); "
+                + "this build reads \(StallReport.currentSchema)")
+        }
+    }
+
+    /// The result of reading a directory of reports (`StallReport`) or of their digests (`StallDigest`).
+    public struct DirectoryScan<Item: Sendable>: Sendable {
+        /// What was read, oldest first.
+        public var reports: [(path: String, report: Item)]
+        /// Files named like reports that could not be read.
+        public var problems: [ReportReadError]
+    }
+
+    /// Reads every `stall-*.json` in `directory` (temporary `.tmp-*` files of writes in progress are not reports),
+    /// on all cores. Throws when the directory itself cannot be listed.
+    public static func scan(directory: String) throws(ReportReadError) -> DirectoryScan<StallReport> {
+        try scan(directory: directory, start: \.start.wall) { path throws(ReportReadError) in try read(path) }
+    }
+
+    /// Reads what a summary needs of every report in `directory` (see `decodeDigest`), on all cores.
+    public static func scanDigests(directory: String) throws(ReportReadError) -> DirectoryScan<StallDigest> {
+        try scan(directory: directory, start: \.start.wall) { path throws(ReportReadError) in try readDigest(path) }
+    }
+
+    private static func scan<Item: Sendable>(
+        directory: String, start: KeyPath<Item, String>,
+        reading read: @Sendable (String) throws(ReportReadError) -> Item
+    ) throws(ReportReadError) -> DirectoryScan<Item> {
+        let names: [String]
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: directory)
+        } catch {
+            var isDirectory: ObjCBool = false
+            let exists = FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory)
+            let reason = !exists ? "no such directory" : !isDirectory.boolValue ? "not a directory"
+                : "cannot list directory (permission denied?)"
+            throw ReportReadError(path: directory, reason: reason)
+        }
+        let paths = names.sorted().filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
+            .map { directory.hasSuffix("/") ? directory + $0 : directory + "/" + $0 }
+        let outcomes = readInParallel(paths, chunk: 256, reading: read)
+        var scan = DirectoryScan<Item>(reports: [], problems: [])
+        for (path, outcome) in zip(paths, outcomes) {
+            switch outcome {
+            case .success(let report): scan.reports.append((path, report))
+            case .failure(let error): scan.problems.append(error)
+            }
+        }
+        let starts = scan.reports.map { $0.report[keyPath: start] }
+        scan.reports = starts.indices.sorted { starts[$0] < starts[$1] }.map { scan.reports[$0] }
+        return scan
+    }
+}
+
+extension ReportReader {
+    /// Reads the report files at `paths` on all cores; results in the order of `paths`.
+    package static func readAll(_ paths: [String]) -> [Result<StallReport, ReportReadError>] {
+        readInParallel(paths, chunk: 4) { path throws(ReportReadError) in try read(path) }
+    }
+
+    /// `read` over `paths` on all cores, `chunk` paths per work item; results in the order of `paths`.
+    fileprivate static func readInParallel<Item>(
+        _ paths: [String], chunk: Int, reading read: @Sendable (String) throws(ReportReadError) -> Item
+    ) -> [Result<Item, ReportReadError>] {
+        var outcomes = [Result<Item, ReportReadError>?](repeating: nil, count: paths.count)
+        outcomes.withUnsafeMutableBufferPointer { buffer in
+            let slots = UnsafeSendable(buffer)
+            DispatchQueue.concurrentPerform(iterations: (paths.count + chunk - 1) / chunk) { block in
+                for index in block * chunk..<min(paths.count, (block + 1) * chunk) {
+                    slots.value[index] = Result { () throws(ReportReadError) -> Item in try read(paths[index]) }
+                }
+            }
+        }
+        return outcomes.map { $0! }
+    }
+}
+
+/// A buffer written at distinct indices from concurrentPerform's threads.
+private struct UnsafeSendable<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}

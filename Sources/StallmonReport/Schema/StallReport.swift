@@ -1,0 +1,288 @@
+/// One stall, as written to `<report_dir>/stall-*.json`. The JSON form is a documented contract (README, "Report
+/// schema"): fields are only ever added within a schema version.
+public struct StallReport: Codable, Sendable, Equatable {
+    /// The schema this report follows; readers refuse other names and newer versions.
+    public static let currentSchema = "stallmon.report/1"
+
+    public var schema: String
+    /// Stable id of the stall (an interim report and its final replacement share it).
+    public var id: String
+    /// True for an interim report of a stall that was still going on when written.
+    public var ongoing: Bool
+    public var process: ProcessDescription
+    public var thread: ThreadDescription
+    /// The `Looper`'s name.
+    public var loop: String
+    public var thresholdMs: Double
+    public var start: StartTime
+    /// Busy time of the stalled iteration: exact from the loop's own clock reads when `durationSource` is "loop";
+    /// for an ongoing stall, the time until the report was written ("watchdog").
+    public var durationMs: Double
+    public var durationSource: String
+    /// What the loop was running when the stall was detected (timer, source or block label).
+    public var label: String
+    /// The most frequent innermost in-app frame across samples: the grouping key of `stallmon report`.
+    public var topFrame: FrameSummary?
+    public var captures: CaptureCounts
+    public var samples: [Sample]
+    /// Unique frames referenced by index from `samples[].frames`.
+    public var frames: [Frame]
+    /// Images loaded at the time (path, build id, load bias), for offline symbolication.
+    public var images: [ImageInfo]
+    /// Why the loop stalled: `cpu`, `blocked`, `starved` (JSON key `class`).
+    public var stallClass: StallClass?
+    /// Where the loop thread's time went while the watchdog watched the stall.
+    public var threadStats: ThreadFigures?
+    /// Time the whole process was frozen (SIGSTOP, debugger, VM freeze) during the iteration; not in `durationMs`.
+    public var frozenMs: Double?
+    /// Stable id of this kind of stall: a hash of the hottest stack's innermost in-app functions (no addresses).
+    public var signature: String?
+    /// The path most samples share (Matrix's "point stack").
+    public var hottestStack: HottestStack?
+    /// All stack samples merged by function, outermost frames at the roots.
+    public var callTree: [CallTreeNode]?
+    /// Key/values the service attached to the stalled iteration (`StallMonitor.annotate`).
+    public var annotations: [String: String]?
+    /// Stalls of the same signature that got no report of their own since the previous one (rate limit).
+    public var suppressedBefore: Int?
+
+    /// Members every report has: a file without one of them is incomplete.
+    static let requiredKeys = ["schema", "id", "ongoing", "process", "thread", "loop", "thresholdMs", "start",
+                               "durationMs", "durationSource", "label", "captures", "samples", "frames", "images"]
+
+    enum CodingKeys: String, CodingKey {
+        case schema, id, ongoing, process, thread, loop, thresholdMs, start, durationMs, durationSource, label
+        case topFrame, captures, samples, frames, images
+        case stallClass = "class"
+        case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore
+    }
+
+    public struct ThreadFigures: Codable, Sendable, Equatable {
+        /// The span measured (from when the watchdog first saw the iteration busy to when it saw it end).
+        public var windowMs: Double
+        /// On a CPU, runnable but waiting for one, and the rest (asleep or blocked), in that span.
+        public var cpuMs: Double
+        public var runDelayMs: Double
+        public var sleepMs: Double
+        public var voluntarySwitches: Int
+        public var involuntarySwitches: Int
+
+        package init(
+            windowMs: Double,
+            cpuMs: Double,
+            runDelayMs: Double,
+            sleepMs: Double,
+            voluntarySwitches: Int,
+            involuntarySwitches: Int
+        ) {
+            self.windowMs = windowMs
+            self.cpuMs = cpuMs
+            self.runDelayMs = runDelayMs
+            self.sleepMs = sleepMs
+            self.voluntarySwitches = voluntarySwitches
+            self.involuntarySwitches = involuntarySwitches
+        }
+    }
+
+    public struct ProcessDescription: Codable, Sendable, Equatable {
+        public var pid: Int32
+        public var executable: String
+        public var buildId: String?
+        public var hostname: String
+
+        package init(pid: Int32, executable: String, buildId: String? = nil, hostname: String) {
+            self.pid = pid
+            self.executable = executable
+            self.buildId = buildId
+            self.hostname = hostname
+        }
+    }
+
+    public struct ThreadDescription: Codable, Sendable, Equatable {
+        public var tid: Int32
+        public var name: String
+
+        package init(tid: Int32, name: String) {
+            self.tid = tid
+            self.name = name
+        }
+    }
+
+    public struct StartTime: Codable, Sendable, Equatable {
+        /// Wall clock, ISO 8601 UTC with milliseconds.
+        public var wall: String
+        /// CLOCK_MONOTONIC nanoseconds (compare within one boot only).
+        public var monotonicNs: UInt64
+
+        package init(wall: String, monotonicNs: UInt64) {
+            self.wall = wall
+            self.monotonicNs = monotonicNs
+        }
+    }
+
+    public struct CaptureCounts: Codable, Sendable, Equatable {
+        public var attempted: Int
+        public var succeeded: Int
+        public var timedOut: Int
+        /// Median and maximum pause of the loop thread per capture, microseconds.
+        public var pauseMedianUs: Double?
+        public var pauseMaxUs: Double?
+
+        package init(
+            attempted: Int,
+            succeeded: Int,
+            timedOut: Int,
+            pauseMedianUs: Double? = nil,
+            pauseMaxUs: Double? = nil
+        ) {
+            self.attempted = attempted
+            self.succeeded = succeeded
+            self.timedOut = timedOut
+            self.pauseMedianUs = pauseMedianUs
+            self.pauseMaxUs = pauseMaxUs
+        }
+    }
+
+    public struct Sample: Codable, Sendable, Equatable {
+        /// Time since the stalled iteration began.
+        public var offsetMs: Double
+        public var status: CaptureStatus
+        /// Indices into `frames`, innermost first.
+        public var frames: [Int]
+        public var truncated: Bool
+        /// The label of what the loop ran at that moment.
+        public var label: String?
+        /// The thread's state just before the capture (R running, S sleeping, D uninterruptible, …).
+        public var state: String?
+        /// True when the capture found the loop back in epoll: no evidence, left out of the aggregation.
+        public var idle: Bool?
+
+        package init(
+            offsetMs: Double,
+            status: CaptureStatus,
+            frames: [Int],
+            truncated: Bool,
+            label: String? = nil,
+            state: String? = nil,
+            idle: Bool? = nil
+        ) {
+            self.offsetMs = offsetMs
+            self.status = status
+            self.frames = frames
+            self.truncated = truncated
+            self.label = label
+            self.state = state
+            self.idle = idle
+        }
+    }
+
+    public struct Frame: Codable, Sendable, Equatable {
+        /// The raw address, hex: the program counter for a sample's first frame, a return address otherwise.
+        public var address: String
+        /// Index into `images`.
+        public var image: Int?
+        public var module: String?
+        public var buildId: String?
+        /// Offset of the looked-up address in its module, hex (for `addr2line -e module offset`).
+        public var offset: String?
+        public var symbol: String?
+        public var symbolOffset: Int?
+        public var file: String?
+        public var line: Int?
+        public var inApp: Bool
+        /// True when the compiler inlined this function into the next frame: both share one address, and this
+        /// frame's `file`/`line` is inside the inlined function. Absent for physical frames.
+        public var inlined: Bool?
+
+        public init(address: String, image: Int? = nil, module: String? = nil, buildId: String? = nil,
+                    offset: String? = nil, symbol: String? = nil, symbolOffset: Int? = nil, file: String? = nil,
+                    line: Int? = nil, inApp: Bool, inlined: Bool? = nil) {
+            self.address = address
+            self.image = image
+            self.module = module
+            self.buildId = buildId
+            self.offset = offset
+            self.symbol = symbol
+            self.symbolOffset = symbolOffset
+            self.file = file
+            self.line = line
+            self.inApp = inApp
+            self.inlined = inlined
+        }
+    }
+
+    public struct FrameSummary: Codable, Sendable, Equatable {
+        public var symbol: String
+        public var module: String?
+        public var file: String?
+        public var line: Int?
+
+        /// `symbol (file:line)` or `symbol`.
+        public var displayName: String {
+            if let file, let line {
+                let name = file.split(separator: "/").last.map(String.init) ?? file
+                return "\(symbol) (\(name):\(line))"
+            }
+            return symbol
+        }
+
+        package init(symbol: String, module: String? = nil, file: String? = nil, line: Int? = nil) {
+            self.symbol = symbol
+            self.module = module
+            self.file = file
+            self.line = line
+        }
+    }
+
+    package init(
+        schema: String,
+        id: String,
+        ongoing: Bool,
+        process: ProcessDescription,
+        thread: ThreadDescription,
+        loop: String,
+        thresholdMs: Double,
+        start: StartTime,
+        durationMs: Double,
+        durationSource: String,
+        label: String,
+        topFrame: FrameSummary? = nil,
+        captures: CaptureCounts,
+        samples: [Sample],
+        frames: [Frame],
+        images: [ImageInfo],
+        stallClass: StallClass? = nil,
+        threadStats: ThreadFigures? = nil,
+        frozenMs: Double? = nil,
+        signature: String? = nil,
+        hottestStack: HottestStack? = nil,
+        callTree: [CallTreeNode]? = nil,
+        annotations: [String: String]? = nil,
+        suppressedBefore: Int? = nil
+    ) {
+        self.schema = schema
+        self.id = id
+        self.ongoing = ongoing
+        self.process = process
+        self.thread = thread
+        self.loop = loop
+        self.thresholdMs = thresholdMs
+        self.start = start
+        self.durationMs = durationMs
+        self.durationSource = durationSource
+        self.label = label
+        self.topFrame = topFrame
+        self.captures = captures
+        self.samples = samples
+        self.frames = frames
+        self.images = images
+        self.stallClass = stallClass
+        self.threadStats = threadStats
+        self.frozenMs = frozenMs
+        self.signature = signature
+        self.hottestStack = hottestStack
+        self.callTree = callTree
+        self.annotations = annotations
+        self.suppressedBefore = suppressedBefore
+    }
+}

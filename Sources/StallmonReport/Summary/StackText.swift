@@ -1,0 +1,16 @@
+/// Plain-text stacks for places that take text (OTLP attributes).
+public enum StackText {
+    /// The stack most samples share, one frame per line: `symbol (file:line)` or `module+offset`.
+    public static func mostCommonStack(_ report: StallReport) -> String {
+        guard let best = report.mostCommonStack()?.frames else { return "" }
+        return best.compactMap { index -> String? in
+            guard report.frames.indices.contains(index) else { return nil }
+            let frame = report.frames[index]
+            var line = frame.symbol ?? "\(frame.module ?? "?")+\(frame.offset ?? "?")"
+            if let file = frame.file, let number = frame.line {
+                line += " (\(file.split(separator: "/").last.map(String.init) ?? file):\(number))"
+            }
+            return line
+        }.joined(separator: "\n")
+    }
+}

@@ -1,0 +1,64 @@
+import Foundation
+import Stallmon
+import StallmonReport
+
+/// The OTLP/HTTP retry rules.
+enum RetryPolicy {
+    enum Decision: Equatable {
+        /// 2xx: delete the batch from the spool. `rejectedRecords` from an OTLP partialSuccess.
+        case delivered(rejectedRecords: Int, message: String?)
+        /// 429, 502, 503, 504 or no answer: keep the batch, retry after this many nanoseconds.
+        case retry(afterNanoseconds: UInt64, reason: String)
+        /// Any other status: never retried; the batch moves to rejected/.
+        case reject(reason: String)
+    }
+
+    static let retryableStatuses: Set<Int> = [429, 502, 503, 504]
+
+    /// `attempt` counts consecutive failed tries (1 for the first failure); `jitter` in [0, 1) comes from the
+    /// caller so the decision stays deterministic. `nowEpochSeconds` resolves an HTTP-date Retry-After.
+    static func decide(_ outcome: DeliveryOutcome, attempt: Int, baseBackoff: UInt64, maxBackoff: UInt64,
+                       retryAfterCap: UInt64, jitter: Double, nowEpochSeconds: Int) -> Decision {
+        switch outcome {
+        case .transportFailure(let reason):
+            return .retry(afterNanoseconds: backoff(attempt: attempt, base: baseBackoff, max: maxBackoff,
+                                                    jitter: jitter), reason: reason)
+        case .response(let status, let retryAfter, let body):
+            if (200..<300).contains(status) {
+                let partial = OTLPPartialSuccess.parse(body)
+                return .delivered(rejectedRecords: partial?.rejected ?? 0, message: partial?.message)
+            }
+            if retryableStatuses.contains(status) {
+                var wait = backoff(attempt: attempt, base: baseBackoff, max: maxBackoff, jitter: jitter)
+                if let retryAfter, let seconds = parseRetryAfter(retryAfter, nowEpochSeconds: nowEpochSeconds) {
+                    wait = min(UInt64(seconds) * 1_000_000_000, retryAfterCap)
+                }
+                return .retry(afterNanoseconds: wait, reason: "HTTP \(status)")
+            }
+            let excerpt = String(body.prefix(512))
+            return .reject(reason: "HTTP \(status)" + (excerpt.isEmpty ? "" : ": \(excerpt)"))
+        }
+    }
+
+    /// Exponential backoff with full jitter in [half, full] of base·2^(attempt-1), capped.
+    static func backoff(attempt: Int, base: UInt64, max: UInt64, jitter: Double) -> UInt64 {
+        let exponent = Swift.min(Swift.max(attempt - 1, 0), 30)
+        let full = Swift.min(base.multipliedReportingOverflow(by: UInt64(1) << UInt64(exponent)).partialValue, max)
+        return full / 2 + UInt64(Double(full / 2) * Swift.min(Swift.max(jitter, 0), 1))
+    }
+
+    /// Retry-After as delta-seconds or an IMF-fixdate (RFC 9110). Returns seconds from now (≥ 0), or nil.
+    static func parseRetryAfter(_ value: String, nowEpochSeconds: Int) -> Int? {
+        let trimmed = value.trimmingWhitespace()
+        if let seconds = Int(trimmed) { return seconds >= 0 ? seconds : nil }
+        guard let date = HTTPDate.parse(trimmed) else { return nil }
+        return Swift.max(0, date - nowEpochSeconds)
+    }
+}
+
+/// What happened to one request.
+enum DeliveryOutcome: Equatable {
+    case response(status: Int, retryAfter: String?, body: String)
+    /// Connection refused or reset, DNS, TLS, timeout: no HTTP answer.
+    case transportFailure(String)
+}

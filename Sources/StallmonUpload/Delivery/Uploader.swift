@@ -1,0 +1,305 @@
+// Needs the `Upload` trait (on by default): the HTTP client, SwiftNIO and compress-nio come with it.
+#if Upload
+import CStallmonCapture
+import CStallmonLoopShims
+import Foundation
+import Logging
+import Metrics
+import Stallmon
+import StallmonReport
+import Synchronization
+
+/// Counters of one uploader.
+public struct UploadStatistics: Sendable, Equatable {
+    /// Reports acknowledged by the receiver (2xx).
+    public var delivered: Int
+    /// Reports moved to `rejected/` (non-retryable answer, unreadable, or larger than a body).
+    public var rejected: Int
+    /// Reports dropped by the spool quotas.
+    public var dropped: Int
+    /// Requests sent, and those that failed in a retryable way.
+    public var requests: Int
+    public var retryableFailures: Int
+    /// Log records the receiver refused inside a 2xx (OTLP partialSuccess).
+    public var partiallyRejectedRecords: Int
+    /// Reports still pending.
+    public var pending: Int
+}
+
+/// Delivers the spool to a collector: batches, gzip, OTLP retry rules, quotas. Runs on its own plain thread
+/// (never the loop thread); `flush(deadline:)` does the same work synchronously for `stallmon upload --once`.
+///
+/// At-least-once: an entry leaves `pending/` only after a 2xx. A crash between the receiver's acknowledgement and
+/// the unlink resends the same reports with the same ids, which the receiver can dedupe on.
+public final class Uploader: Sendable {
+    public let configuration: UploadConfiguration
+    public let spool: Spool
+    private let endpoint: String
+    private let url: String
+    private let requestHeaders: [(String, String)]
+    private let logger: Logger
+    private let transport: HTTPTransport
+    private let wakeSignal = WakeSignal()
+    private let stopping = Atomic<Bool>(false)
+    private let flushOnStop = Atomic<Bool>(true)
+    private let stopDeadline = Atomic<UInt64>(0)
+    private let thread = Mutex<PosixThread?>(nil)
+    private let finished = DispatchSemaphore(value: 0)
+    private let counters = Counters()
+    private let deliveredCounter: Counter
+    private let droppedCounter: Counter
+
+    private final class Counters: Sendable {
+        let delivered = Atomic<Int>(0)
+        let rejected = Atomic<Int>(0)
+        let dropped = Atomic<Int>(0)
+        let requests = Atomic<Int>(0)
+        let retryable = Atomic<Int>(0)
+        let partial = Atomic<Int>(0)
+    }
+
+    /// Validates `configuration` (an endpoint is required here) and resolves the token. Throws before any work.
+    public init(spool: Spool, configuration: UploadConfiguration, logger: Logger) throws(ConfigurationError) {
+        try configuration.validate()
+        guard let endpoint = configuration.endpoint else {
+            throw ConfigurationError("no upload_endpoint configured")
+        }
+        var headers = configuration.headers.map { ($0.name, $0.value) }
+        if let token = try configuration.resolvedToken() { headers.append(("Authorization", "Bearer \(token)")) }
+        self.configuration = configuration
+        self.spool = spool
+        self.endpoint = endpoint
+        url = configuration.format.url(for: endpoint)
+        requestHeaders = headers
+        self.logger = logger
+        transport = HTTPTransport(connectTimeout: min(configuration.requestTimeout, .seconds(5)))
+        deliveredCounter = Counter(label: "stallmon_upload_delivered_total")
+        droppedCounter = Counter(label: "stallmon_upload_dropped_total")
+    }
+
+    deinit {
+        transport.shutdown()
+    }
+
+    public var statistics: UploadStatistics {
+        UploadStatistics(delivered: counters.delivered.load(ordering: .relaxed),
+                         rejected: counters.rejected.load(ordering: .relaxed),
+                         dropped: counters.dropped.load(ordering: .relaxed),
+                         requests: counters.requests.load(ordering: .relaxed),
+                         retryableFailures: counters.retryable.load(ordering: .relaxed),
+                         partiallyRejectedRecords: counters.partial.load(ordering: .relaxed),
+                         pending: (try? spool.pending().count) ?? 0)
+    }
+
+    // MARK: - Background mode
+
+    /// Starts the upload thread.
+    public func start() {
+        let started = PosixThread.start(name: "stallmon-upload") { [self] in
+            var state = LoopState()
+            run(state: &state, until: nil, flushAll: false)
+            finished.signal()
+        }
+        if started == nil { logger.error("stallmon: cannot start the upload thread; reports stay in the spool") }
+        thread.withLock { $0 = started }
+    }
+
+    /// A report was spooled: look at the spool now rather than at the next poll.
+    public func notify() {
+        wakeSignal.wake()
+    }
+
+    /// Graceful shutdown: sends what is pending (ignoring batch age) until done, a retryable failure, or `deadline`;
+    /// then abandons the request in flight and returns. Nothing pending is deleted without an acknowledgement.
+    public func stop(deadline: Duration = .seconds(5)) {
+        stopDeadline.store(cstallmon_monotonic_ns() + UInt64(max(0, deadline.nanosecondsClamped)), ordering: .relaxed)
+        stopping.store(true, ordering: .releasing)
+        notify()
+        let running = thread.withLock { thread in
+            defer { thread = nil }
+            return thread
+        }
+        guard let running else { return }
+        if finished.wait(timeout: .now() + .nanoseconds(Int(deadline.nanosecondsClamped))) == .timedOut {
+            transport.cancelInFlight()
+        }
+        running.join()
+    }
+
+    // MARK: - Once mode
+
+    /// Sends everything pending now, retrying retryable failures until `deadline`. Returns the statistics after.
+    public func flush(deadline: Duration) -> UploadStatistics {
+        var state = LoopState()
+        run(state: &state, until: cstallmon_monotonic_ns() + UInt64(max(0, deadline.nanosecondsClamped)),
+            flushAll: true)
+        return statistics
+    }
+
+    // MARK: - The loop
+
+    private struct LoopState {
+        var attempt = 0
+        var retryAt: UInt64 = 0  // monotonic
+        var failing: String?
+        var random = SystemRandomNumberGenerator()
+    }
+
+    /// Works until stopped (background), or until the spool is empty or `until` passes (once mode).
+    private func run(state: inout LoopState, until: UInt64?, flushAll: Bool) {
+        let plan = BatchPlan(maxReports: configuration.batchMaxReports,
+                             maxAgeNanoseconds: UInt64(configuration.batchMaxAge.nanosecondsClamped),
+                             maxBodyBytes: configuration.maxBodyBytes)
+        let idlePoll: UInt64 = 1_000_000_000
+        while true {
+            let monotonicNow = cstallmon_monotonic_ns()
+            let isStopping = stopping.load(ordering: .acquiring)
+            let deadline = until ?? (isStopping ? stopDeadline.load(ordering: .relaxed) : nil)
+            if let deadline, monotonicNow >= deadline { return }
+            let flushing = flushAll || (isStopping && flushOnStop.load(ordering: .relaxed))
+            if isStopping && !flushing { return }
+
+            if state.retryAt > monotonicNow {
+                if flushing && until == nil { return }  // shutting down: no waiting out a backoff
+                wait(until: min(state.retryAt, deadline ?? .max))
+                continue
+            }
+            let pending: [SpoolEntry]
+            do {
+                pending = try enforceQuotas(try spool.pending())
+            } catch {
+                logFailure(&state, "cannot read the spool: \(error)")
+                state.retryAt = monotonicNow + idlePoll
+                continue
+            }
+            switch plan.decide(pending, now: WallClock.nowNanoseconds(), flush: flushing) {
+            case .idle:
+                if flushing { return }
+                wait(until: monotonicNow + idlePoll)
+            case .wait(let dueAt):
+                let wallNow = WallClock.nowNanoseconds()
+                wait(until: monotonicNow + min(idlePoll, dueAt > wallNow ? dueAt - wallNow : 0))
+            case .tooLarge(let entry):
+                rejectEntries([entry], reason: "report of \(entry.bytes) bytes exceeds upload_max_body_bytes "
+                    + "(\(configuration.maxBodyBytes))")
+            case .send(let batch):
+                deliver(batch, state: &state, deadline: deadline)
+            }
+        }
+    }
+
+    private func deliver(_ batch: [SpoolEntry], state: inout LoopState, deadline: UInt64?) {
+        var reports: [StallReport] = []
+        var sendable: [SpoolEntry] = []
+        // Decoding is most of a batch's CPU time; it runs on all cores (Dispatch's pool, a burst per batch).
+        for (entry, outcome) in zip(batch, ReportReader.readAll(batch.map { spool.path(of: $0) })) {
+            switch outcome {
+            case .success(let report):
+                reports.append(report)
+                sendable.append(entry)
+            case .failure(let error):
+                rejectEntries([entry], reason: "unreadable: \(error.reason)")
+            }
+        }
+        guard !reports.isEmpty else { return }
+        let body: [UInt8]
+        do {
+            body = try UploadPayload.encode(reports, format: configuration.format,
+                                            serviceName: configuration.serviceName,
+                                            observedAt: WallClock.nowNanoseconds())
+        } catch {
+            rejectEntries(sendable, reason: "cannot encode: \(error)")
+            return
+        }
+        var timeout = configuration.requestTimeout
+        if let deadline {
+            let left = deadline > cstallmon_monotonic_ns() ? deadline - cstallmon_monotonic_ns() : 0
+            timeout = min(timeout, .nanoseconds(Int64(clamping: max(left, 1_000_000))))
+        }
+        counters.requests.wrappingAdd(1, ordering: .relaxed)
+        let outcome = transport.post(url: url, body: body, contentType: configuration.format.contentType,
+                                     headers: requestHeaders, timeout: timeout)
+        let decision = RetryPolicy.decide(
+            outcome, attempt: state.attempt + 1,
+            baseBackoff: UInt64(configuration.backoffBase.nanosecondsClamped),
+            maxBackoff: UInt64(configuration.backoffMax.nanosecondsClamped),
+            retryAfterCap: UInt64(configuration.retryAfterCap.nanosecondsClamped),
+            jitter: Double.random(in: 0..<1, using: &state.random),
+            nowEpochSeconds: Int(WallClock.nowNanoseconds() / 1_000_000_000))
+        switch decision {
+        case .delivered(let rejectedRecords, let message):
+            do {
+                try spool.remove(sendable)
+            } catch {
+                logger.error("stallmon: delivered reports could not be removed from the spool; they will be sent again",
+                             metadata: ["error": "\(error)"])
+            }
+            counters.delivered.wrappingAdd(sendable.count, ordering: .relaxed)
+            deliveredCounter.increment(by: Int64(sendable.count))
+            if rejectedRecords > 0 {
+                counters.partial.wrappingAdd(rejectedRecords, ordering: .relaxed)
+                logger.warning("stallmon: the receiver accepted the batch but rejected some records", metadata: [
+                    "rejected": "\(rejectedRecords)", "message": "\(message ?? "")",
+                ])
+            }
+            state.attempt = 0
+            if let previous = state.failing {
+                logger.notice("stallmon: uploads succeed again", metadata: ["endpoint": "\(endpoint)",
+                                                                            "previousError": "\(previous)"])
+                state.failing = nil
+            }
+        case .retry(let after, let reason):
+            counters.retryable.wrappingAdd(1, ordering: .relaxed)
+            state.attempt += 1
+            state.retryAt = cstallmon_monotonic_ns() + after
+            logFailure(&state, reason)
+        case .reject(let reason):
+            rejectEntries(sendable, reason: reason)
+            state.attempt = 0
+        }
+    }
+
+    /// Logs an upload problem when uploads go from working to failing, not once per try (the reason may change
+    /// from try to try, e.g. 503 then a reset; the recovery notice names the last one).
+    private func logFailure(_ state: inout LoopState, _ reason: String) {
+        let wasFailing = state.failing != nil
+        state.failing = reason
+        guard !wasFailing else { return }
+        logger.warning("stallmon: upload failed; reports stay in the spool and will be retried", metadata: [
+            "endpoint": "\(endpoint)", "error": "\(reason)",
+        ])
+    }
+
+    private func rejectEntries(_ entries: [SpoolEntry], reason: String) {
+        do {
+            try spool.reject(entries, reason: reason)
+            counters.rejected.wrappingAdd(entries.count, ordering: .relaxed)
+            logger.error("stallmon: the receiver refused reports; moved to the spool's rejected/ directory",
+                         metadata: ["count": "\(entries.count)", "reason": "\(reason)",
+                                    "directory": "\(spool.rejectedDirectory)"])
+        } catch {
+            logger.error("stallmon: cannot move refused reports to rejected/", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Drops the oldest entries beyond the quotas; logs once per batch of drops.
+    private func enforceQuotas(_ pending: [SpoolEntry]) throws -> [SpoolEntry] {
+        let limits = SpoolLimits(maxReports: configuration.spoolMaxReports, maxBytes: configuration.spoolMaxBytes,
+                                 maxAgeNanoseconds: UInt64(configuration.spoolMaxAge.nanosecondsClamped))
+        let drop = SpoolQuota.entriesToDrop(pending, limits: limits, now: WallClock.nowNanoseconds())
+        guard !drop.isEmpty else { return pending }
+        try spool.remove(drop)
+        counters.dropped.wrappingAdd(drop.count, ordering: .relaxed)
+        droppedCounter.increment(by: Int64(drop.count))
+        logger.warning("stallmon: spool over quota; dropped the oldest reports", metadata: [
+            "dropped": "\(drop.count)", "oldest": "\(drop.first!.name)",
+            "limits": "\(limits.maxReports) reports, \(limits.maxBytes) bytes",
+        ])
+        return Array(pending.dropFirst(drop.count))
+    }
+
+    private func wait(until deadline: UInt64) {
+        wakeSignal.wait(until: deadline)
+    }
+}
+#endif  // Upload

@@ -1,0 +1,169 @@
+import Foundation
+import Stallmon
+import StallmonReport
+
+enum UploadPayload {
+    static func encode(_ reports: [StallReport], format: UploadFormat, serviceName: String?,
+                       observedAt: UInt64) throws -> [UInt8] {
+        switch format {
+        case .ndjson:
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.withoutEscapingSlashes]
+            var body: [UInt8] = []
+            for report in reports {
+                body += try encoder.encode(report)
+                body.append(UInt8(ascii: "\n"))
+            }
+            return body
+        case .otlp:
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.withoutEscapingSlashes]
+            return Array(try encoder.encode(OTLP.request(for: reports, serviceName: serviceName,
+                                                         observedAt: observedAt)))
+        }
+    }
+}
+
+/// The OTLP ExportLogsServiceRequest in its JSON mapping: lowerCamelCase keys, 64-bit integers as strings, enums as
+/// numbers, absent fields omitted.
+enum OTLP {
+    struct ExportLogsServiceRequest: Encodable {
+        var resourceLogs: [ResourceLogs]
+    }
+
+    struct ResourceLogs: Encodable {
+        var resource: Resource
+        var scopeLogs: [ScopeLogs]
+    }
+
+    struct Resource: Encodable {
+        var attributes: [KeyValue]
+    }
+
+    struct ScopeLogs: Encodable {
+        var scope: Scope
+        var logRecords: [LogRecord]
+    }
+
+    struct Scope: Encodable {
+        var name: String
+        var version: String
+    }
+
+    struct LogRecord: Encodable {
+        var timeUnixNano: String
+        var observedTimeUnixNano: String
+        var severityNumber: Int
+        var severityText: String
+        var body: AnyValue
+        var attributes: [KeyValue]
+    }
+
+    struct KeyValue: Encodable {
+        var key: String
+        var value: AnyValue
+    }
+
+    struct AnyValue: Encodable {
+        var stringValue: String?
+        var boolValue: Bool?
+        var intValue: String?
+        var doubleValue: Double?
+
+        static func string(_ value: String) -> AnyValue { AnyValue(stringValue: value) }
+        static func bool(_ value: Bool) -> AnyValue { AnyValue(boolValue: value) }
+        static func int(_ value: Int) -> AnyValue { AnyValue(intValue: String(value)) }
+        static func double(_ value: Double) -> AnyValue { AnyValue(doubleValue: value) }
+    }
+
+    static let severityWarn = 13
+    static let scope = Scope(name: "stallmon", version: "0.1.0")
+
+    static func request(for reports: [StallReport], serviceName: String?, observedAt: UInt64)
+        -> ExportLogsServiceRequest
+    {
+        struct ProcessKey: Hashable {
+            var pid: Int32
+            var hostname: String
+            var executable: String
+        }
+        let dates = WallDateParser()
+        var order: [ProcessKey] = []
+        var groups: [ProcessKey: [StallReport]] = [:]
+        for report in reports {
+            let key = ProcessKey(pid: report.process.pid, hostname: report.process.hostname,
+                                 executable: report.process.executable)
+            if groups[key] == nil { order.append(key) }
+            groups[key, default: []].append(report)
+        }
+        return ExportLogsServiceRequest(resourceLogs: order.map { key in
+            let members = groups[key]!
+            let process = members[0].process
+            let executableName = process.executable.split(separator: "/").last.map(String.init) ?? process.executable
+            var attributes: [KeyValue] = [
+                KeyValue(key: "service.name", value: .string(serviceName ?? executableName)),
+                KeyValue(key: "host.name", value: .string(process.hostname)),
+                KeyValue(key: "process.pid", value: .int(Int(process.pid))),
+                KeyValue(key: "process.executable.name", value: .string(executableName)),
+                KeyValue(key: "process.executable.path", value: .string(process.executable)),
+            ]
+            if let buildId = process.buildId {
+                attributes.append(KeyValue(key: "process.executable.build_id.gnu", value: .string(buildId)))
+            }
+            return ResourceLogs(resource: Resource(attributes: attributes),
+                                scopeLogs: [ScopeLogs(scope: scope, logRecords: members.map {
+                                    logRecord(for: $0, observedAt: observedAt, dates: dates)
+                                })])
+        })
+    }
+
+    static func logRecord(for report: StallReport, observedAt: UInt64, dates: WallDateParser) -> LogRecord {
+        let top = report.topFrame?.displayName ?? StallSummary.noInAppFrame
+        var attributes: [KeyValue] = [
+            KeyValue(key: "event.name", value: .string("stallmon.stall")),
+            KeyValue(key: "stallmon.report.id", value: .string(report.id)),
+            KeyValue(key: "stallmon.loop", value: .string(report.loop)),
+            KeyValue(key: "stallmon.stall.duration_ms", value: .double(report.durationMs)),
+            KeyValue(key: "stallmon.stall.threshold_ms", value: .double(report.thresholdMs)),
+            KeyValue(key: "stallmon.stall.ongoing", value: .bool(report.ongoing)),
+            KeyValue(key: "stallmon.stall.top_frame", value: .string(top)),
+            KeyValue(key: "stallmon.stall.samples", value: .int(report.samples.count)),
+            KeyValue(key: "thread.id", value: .int(Int(report.thread.tid))),
+            KeyValue(key: "thread.name", value: .string(report.thread.name)),
+        ]
+        if !report.label.isEmpty {
+            attributes.append(KeyValue(key: "stallmon.label", value: .string(report.label)))
+        }
+        if let frame = report.topFrame {
+            attributes.append(KeyValue(key: "code.function.name", value: .string(frame.symbol)))
+            if let file = frame.file { attributes.append(KeyValue(key: "code.file.path", value: .string(file))) }
+            if let line = frame.line { attributes.append(KeyValue(key: "code.line.number", value: .int(line))) }
+        }
+        let stack = StackText.mostCommonStack(report)
+        if !stack.isEmpty { attributes.append(KeyValue(key: "stallmon.stall.stack", value: .string(stack))) }
+        let start = dates.nanoseconds(report.start.wall)
+        let body = "loop \"\(report.loop)\" stalled \(String(format: "%.1f", report.durationMs)) ms"
+            + (report.ongoing ? " (ongoing)" : "") + " in \(top)"
+        return LogRecord(timeUnixNano: String(start ?? observedAt), observedTimeUnixNano: String(observedAt),
+                         severityNumber: severityWarn, severityText: "WARN", body: .string(body),
+                         attributes: attributes)
+    }
+}
+
+/// Parses reports' `start.wall` (ISO 8601 UTC with milliseconds) back to epoch nanoseconds. One per batch: making
+/// an ISO8601DateFormatter costs more than parsing with it. Not thread-safe.
+struct WallDateParser {
+    private let formatter: ISO8601DateFormatter = {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter
+    }()
+
+    func nanoseconds(_ text: String) -> UInt64? {
+        guard let date = formatter.date(from: text) else { return nil }
+        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
+        // Before 1970 or past UInt64 nanoseconds (year 2554): not a time OTLP can carry.
+        guard milliseconds >= 0, milliseconds < Double(UInt64.max / 1_000_000) else { return nil }
+        return UInt64(milliseconds) * 1_000_000
+    }
+}

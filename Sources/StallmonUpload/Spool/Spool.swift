@@ -1,0 +1,104 @@
+import Foundation
+import Stallmon
+import StallmonReport
+
+/// The upload queue on disk, inside the report directory so every move is a same-filesystem rename:
+///
+///     <report_dir>/spool/pending/stall-….json    hard link to a report waiting for upload
+///     <report_dir>/spool/rejected/stall-….json   a report the receiver refused (never retried)
+///     <report_dir>/spool/rejected/stall-….json.reason   why (status and response excerpt)
+///
+/// Spooling links the report (no copy) under a temporary name and renames it into `pending/`, so an entry is either
+/// absent or complete; an interim report's entry is replaced by its final one (same name, same id). Deleting the
+/// local report does not lose the spooled one. A delivered entry is unlinked only after a 2xx.
+public struct Spool: Sendable {
+    public let directory: String
+    public var pendingDirectory: String { directory + "/pending" }
+    public var rejectedDirectory: String { directory + "/rejected" }
+
+    /// The spool of a report directory.
+    public init(reportDirectory: String) {
+        let trimmed = reportDirectory.hasSuffix("/") ? String(reportDirectory.dropLast()) : reportDirectory
+        directory = trimmed + "/spool"
+    }
+
+    func prepare() throws(FileError) {
+        try AtomicFile.createDirectory(pendingDirectory)
+        try AtomicFile.createDirectory(rejectedDirectory)
+    }
+
+    /// The entry name of the report published at `path`: its file name.
+    public static func entryName(forReportAt path: String) -> String {
+        path.split(separator: "/").last.map(String.init) ?? path
+    }
+
+    /// Queues the report whose JSON is in `reportPath` (a file on the report directory's file system) for upload,
+    /// as entry `name` (default: the file's own name).
+    public func enqueue(reportPath: String, name: String? = nil) throws(FileError) {
+        try prepare()
+        let name = name ?? Self.entryName(forReportAt: reportPath)
+        let temporary = "\(pendingDirectory)/.tmp-\(name)-\(UInt32.random(in: 0...UInt32.max))"
+        guard link(reportPath, temporary) == 0 else { throw .last("link into spool", temporary) }
+        guard rename(temporary, "\(pendingDirectory)/\(name)") == 0 else {
+            let failure = FileError.last("rename into spool", name)
+            _ = unlink(temporary)
+            throw failure
+        }
+        try AtomicFile.syncDirectory(pendingDirectory)
+    }
+
+    /// Pending entries, oldest first. Temporary files of an interrupted enqueue are removed.
+    public func pending() throws(FileError) -> [SpoolEntry] {
+        let names: [String]
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: pendingDirectory)
+        } catch {
+            if !FileManager.default.fileExists(atPath: pendingDirectory) { return [] }
+            throw FileError(path: pendingDirectory, operation: "list", errorNumber: EACCES)
+        }
+        var entries: [SpoolEntry] = []
+        for name in names {
+            let path = "\(pendingDirectory)/\(name)"
+            if name.hasPrefix(".tmp-") {
+                _ = unlink(path)  // an enqueue that died between link and rename
+                continue
+            }
+            guard name.hasSuffix(".json") else { continue }
+            var info = stat()
+            guard stat(path, &info) == 0 else { continue }
+            let mtime = UInt64(info.st_mtim.tv_sec) * 1_000_000_000 + UInt64(info.st_mtim.tv_nsec)
+            entries.append(SpoolEntry(name: name, bytes: Int(info.st_size), spooledAt: mtime))
+        }
+        return entries.sorted { $0.name < $1.name }
+    }
+
+    func path(of entry: SpoolEntry) -> String { "\(pendingDirectory)/\(entry.name)" }
+
+    /// Removes delivered (or dropped) entries.
+    func remove(_ entries: [SpoolEntry]) throws(FileError) {
+        for entry in entries {
+            if unlink(path(of: entry)) != 0 && errno != ENOENT { throw .last("unlink", path(of: entry)) }
+        }
+        if !entries.isEmpty { try AtomicFile.syncDirectory(pendingDirectory) }
+    }
+
+    /// Moves entries to `rejected/`, each with a `.reason` file written first.
+    func reject(_ entries: [SpoolEntry], reason: String) throws(FileError) {
+        try prepare()
+        for entry in entries {
+            let target = "\(rejectedDirectory)/\(entry.name)"
+            try AtomicFile.write(Array((reason + "\n").utf8), to: target + ".reason")
+            guard rename(path(of: entry), target) == 0 else { throw .last("move to rejected", target) }
+        }
+        if !entries.isEmpty {
+            try AtomicFile.syncDirectory(rejectedDirectory)
+            try AtomicFile.syncDirectory(pendingDirectory)
+        }
+    }
+
+    /// Names in `rejected/` (reports only).
+    public func rejected() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: rejectedDirectory)) ?? [])
+            .filter { $0.hasSuffix(".json") }.sorted()
+    }
+}

@@ -1,0 +1,42 @@
+import Stallmon
+import StallmonReport
+
+enum SpoolQuota {
+    /// The entries to drop, oldest first, so that what remains is within `limits` at `now`. `entries` must be sorted
+    /// oldest first.
+    static func entriesToDrop(_ entries: [SpoolEntry], limits: SpoolLimits, now: UInt64) -> [SpoolEntry] {
+        var drop: [SpoolEntry] = []
+        var remaining = entries[...]
+        var bytes = entries.reduce(0) { $0 + $1.bytes }
+        while let oldest = remaining.first {
+            let tooOld = now > oldest.spooledAt && now - oldest.spooledAt > limits.maxAgeNanoseconds
+            guard tooOld || remaining.count > limits.maxReports || bytes > limits.maxBytes else { break }
+            drop.append(oldest)
+            bytes -= oldest.bytes
+            remaining = remaining.dropFirst()
+        }
+        return drop
+    }
+}
+
+/// Spool quotas: beyond them the oldest reports are dropped.
+public struct SpoolLimits: Sendable, Equatable {
+    public var maxReports: Int
+    public var maxBytes: Int
+    public var maxAgeNanoseconds: UInt64
+
+    public init(maxReports: Int, maxBytes: Int, maxAgeNanoseconds: UInt64) {
+        self.maxReports = maxReports
+        self.maxBytes = maxBytes
+        self.maxAgeNanoseconds = maxAgeNanoseconds
+    }
+}
+
+/// One report waiting in the spool.
+public struct SpoolEntry: Sendable, Equatable {
+    /// File name in `pending/` (chronological: it begins with the stall's UTC start).
+    public var name: String
+    public var bytes: Int
+    /// When it was spooled, nanoseconds since the Unix epoch (the report file's mtime).
+    public var spooledAt: UInt64
+}

@@ -1,0 +1,132 @@
+import Foundation
+import StallmonTestSupport
+import Testing
+
+/// The package's products keep their promise (README, "Linking it into a service"): a service that links only
+/// `Stallmon`, without the `Upload` trait, compiles no NIO, HTTP client or TLS, and still gets stall reports.
+@Suite("package products", .serialized)
+struct PackageProductsTests {
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent().standardizedFileURL.path
+    /// Modules that only StallmonUpload may bring in.
+    static let transportModules = ["AsyncHTTPClient", "NIOCore", "NIOPosix", "NIOHTTP1", "NIOSSL", "CompressNIO",
+                                   "CNIOBoringSSL", "NIOTransportServices"]
+
+    static func swiftExecutable() throws -> String {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        for directory in path.split(separator: ":") where FileManager.default.isExecutableFile(atPath: "\(directory)/swift") {
+            return "\(directory)/swift"
+        }
+        throw ChildProcessError(description: "no swift on PATH")
+    }
+
+    @Test("the Stallmon target's dependency closure has no NIO, HTTP client or compression")
+    func coreClosureHasNoTransport() throws {
+        let scratch = try TemporaryDirectory("stallmon-dump")
+        defer { scratch.remove() }
+        let output = scratch.path("dump.json")
+        let status = ChildProcess.run(try Self.swiftExecutable(),
+                                      // A scratch path of its own: `swift test` holds the lock on the repository's .build.
+                                      ["package", "--package-path", Self.repository,
+                                       "--scratch-path", scratch.path("build"), "dump-package"],
+                                      timeout: .seconds(120), outputPath: output)
+        #expect(status == 0)
+        let data = try Data(contentsOf: URL(fileURLWithPath: output))
+        let start = try #require(data.firstIndex(of: UInt8(ascii: "{")), "dump-package printed JSON")
+        let package = try #require(try JSONSerialization.jsonObject(with: data[start...]) as? [String: Any])
+        let targets = try #require(package["targets"] as? [[String: Any]])
+        var byName: [String: [String]] = [:]
+        for target in targets {
+            guard let name = target["name"] as? String else { continue }
+            byName[name] = Self.dependencyNames(target["dependencies"])
+        }
+        var closure = Set<String>()
+        var queue = ["Stallmon"]
+        while let next = queue.popLast() {
+            guard closure.insert(next).inserted else { continue }
+            queue.append(contentsOf: byName[next] ?? [])
+        }
+        #expect(closure.contains("StallmonLoop") && closure.contains("StallmonReport"))
+        #expect(closure.contains("Logging") && closure.contains("Metrics"))
+        for module in Self.transportModules {
+            #expect(!closure.contains(module), "Stallmon depends on \(module): \(closure.sorted())")
+        }
+        #expect(byName["StallmonUpload"]?.contains("AsyncHTTPClient") == true, "the transport moved to StallmonUpload")
+    }
+
+    /// Names in dump-package's dependency entries: `{"byName": ["X", null]}`, `{"product": ["X", "pkg", …]}`.
+    static func dependencyNames(_ value: Any?) -> [String] {
+        guard let entries = value as? [[String: Any]] else { return [] }
+        return entries.compactMap { entry in
+            for key in ["byName", "target", "product"] {
+                if let parts = entry[key] as? [Any], let name = parts.first as? String { return name }
+            }
+            return nil
+        }
+    }
+
+    @Test("a package that depends on Stallmon alone builds without NIO and reports a stall")
+    func coreOnlyPackageBuildsAndReports() throws {
+        let scratch = try TemporaryDirectory("stallmon-core-only")
+        defer { scratch.remove() }
+        // A path dependency is named after its folder (SwiftPM), whatever the clone is called.
+        let packageName = URL(fileURLWithPath: Self.repository).lastPathComponent
+        try FileManager.default.createDirectory(atPath: scratch.path("Sources/CoreOnly"),
+                                                withIntermediateDirectories: true)
+        try scratch.write("Package.swift", """
+            // swift-tools-version:6.1
+            import PackageDescription
+            let package = Package(
+                name: "CoreOnly",
+                // No traits: leave out `Upload`, which the core does not need (SwiftPM builds every target of a
+                // dependency, so only a trait keeps async-http-client out of the build).
+                dependencies: [.package(path: "\(Self.repository)", traits: [])],
+                targets: [
+                    .executableTarget(name: "CoreOnly", dependencies: [
+                        .product(name: "Stallmon", package: "\(packageName)"),
+                        .product(name: "StallmonLoop", package: "\(packageName)"),
+                    ]),
+                ]
+            )
+            """)
+        try scratch.write("Sources/CoreOnly/main.swift", """
+            import Stallmon
+            import StallmonLoop
+
+            @inline(never) func coreOnlySpin(milliseconds: Int) -> UInt64 {
+                let end = MonotonicInstant.now().advanced(by: .milliseconds(milliseconds))
+                var value: UInt64 = 1
+                while MonotonicInstant.now() < end { value = value &* 6364136223846793005 &+ 1 }
+                return value
+            }
+
+            let loop = try Looper(name: "core-only")
+            let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                            reportDirectory: CommandLine.arguments[1]))
+            monitor.start()
+            loop.perform(label: "spin") { _ = coreOnlySpin(milliseconds: 150) }
+            loop.run(for: .milliseconds(700))
+            monitor.stop()
+            print("reports written: \\(monitor.statistics.reportsWritten)")
+            """)
+        let log = scratch.path("build.log")
+        let build = ChildProcess.run(try Self.swiftExecutable(), ["build", "--package-path", scratch.path],
+                                     timeout: .seconds(900), outputPath: log)
+        let buildOutput = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        try #require(build == 0, "swift build failed:\n\(buildOutput.suffix(4000))")
+        let products = scratch.path(".build/debug")
+        let built = (try? FileManager.default.contentsOfDirectory(atPath: products)) ?? []
+        #expect(built.contains("Stallmon.build"), "\(built.sorted())")
+        for module in Self.transportModules {
+            #expect(!built.contains("\(module).build"), "compiled \(module): \(built.sorted())")
+        }
+        let reports = scratch.path("reports")
+        let runLog = scratch.path("run.log")
+        let run = ChildProcess.run(products + "/CoreOnly", [reports], timeout: .seconds(60), outputPath: runLog)
+        let runOutput = (try? String(contentsOfFile: runLog, encoding: .utf8)) ?? ""
+        #expect(run == 0, "\(runOutput)")
+        #expect(runOutput.contains("reports written: 1"), "\(runOutput)")
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: reports)) ?? []
+        #expect(names.contains { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }, "\(names)")
+    }
+}

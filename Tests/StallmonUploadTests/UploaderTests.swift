@@ -1,0 +1,192 @@
+import Foundation
+import InMemoryLogging
+import Logging
+@testable import Stallmon
+import StallmonLoop
+@testable import StallmonReport
+import StallmonTestSupport
+@testable import StallmonUpload
+import Testing
+
+@Suite(.serialized)
+struct UploaderTests {
+    @Test func aHealthyReceiverGetsEveryReportExactlyOnceAsValidOTLP() throws {
+        let receiver = try Receiver()
+        let directory = makeTemporaryDirectory()
+        let ids = try spoolSampleReports(25, into: directory)
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory),
+                                    configuration: testUploadConfiguration(receiver.baseURL),
+                                    logger: Logger(label: "test"))
+        let statistics = uploader.flush(deadline: .seconds(20))
+        #expect(statistics.delivered == 25)
+        #expect(statistics.pending == 0)
+        let requests = receiver.requests
+        #expect(requests.count == 3, "batches of at most 10")
+        for request in requests {
+            #expect(request.parse_error == nil, "\(request.parse_error ?? "")")
+            #expect(request.path == "/v1/logs")
+            #expect(request.content_encoding == "gzip")
+            #expect(request.content_type == "application/json")
+            #expect(request.authorization == "Bearer s3cret-token")
+            #expect(request.custom == "team-a")
+        }
+        #expect(receiver.acknowledgedIDs.sorted() == ids.sorted(), "each id once")
+        let resource = try #require(requests.first?.resources?.first)
+        #expect(resource["service.name"] == .object(["stringValue": .string("myservice")]))
+        #expect(resource["process.pid"] == .object(["intValue": .string("4242")]))
+        #expect(resource["host.name"] == .object(["stringValue": .string("host-a")]))
+    }
+
+    @Test func ndjsonSendsOneReportPerLine() throws {
+        let receiver = try Receiver()
+        let directory = makeTemporaryDirectory()
+        let ids = try spoolSampleReports(4, into: directory)
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory),
+                                    configuration: testUploadConfiguration(receiver.baseURL + "/ingest",
+                                                                           format: .ndjson),
+                                    logger: Logger(label: "test"))
+        #expect(uploader.flush(deadline: .seconds(10)).delivered == 4)
+        #expect(receiver.requests.first?.path == "/ingest")
+        #expect(receiver.requests.first?.content_type == "application/x-ndjson")
+        #expect(receiver.acknowledgedIDs.sorted() == ids.sorted())
+    }
+
+    @Test func aStretchOf503sAndResetsLosesNothing() throws {
+        let receiver = try Receiver(plan: #"[{"status":503},{"reset":true},{"status":503},{"reset":true}]"#)
+        let directory = makeTemporaryDirectory()
+        let ids = try spoolSampleReports(12, into: directory)
+        let logs = InMemoryLogHandler()
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory),
+                                    configuration: testUploadConfiguration(receiver.baseURL),
+                                    logger: Logger(label: "test") { _ in logs })
+        let statistics = uploader.flush(deadline: .seconds(20))
+        #expect(statistics.delivered == 12)
+        #expect(statistics.retryableFailures == 4)
+        #expect(statistics.pending == 0)
+        #expect(Set(receiver.acknowledgedIDs) == Set(ids))
+        let warnings = logs.entries.filter { $0.level == .warning }
+        #expect(warnings.count == 1, "logged when uploads start failing, not per try: \(warnings.map(\.message))")
+        #expect(logs.entries.contains { $0.level == .notice }, "recovery is logged")
+        #expect(!logs.entries.contains { "\($0.message) \($0.metadata)".contains("s3cret-token") })
+    }
+
+    @Test(arguments: [400, 413, 500])
+    func nonRetryableAnswersMoveTheBatchToRejectedWithoutRetrying(status: Int) throws {
+        let receiver = try Receiver(plan: #"[{"status":\#(status),"body":"nope \#(status)"}]"#)
+        let directory = makeTemporaryDirectory()
+        try spoolSampleReports(3, into: directory)
+        let spool = Spool(reportDirectory: directory)
+        let uploader = try Uploader(spool: spool, configuration: testUploadConfiguration(receiver.baseURL),
+                                    logger: Logger(label: "test"))
+        let statistics = uploader.flush(deadline: .seconds(10))
+        #expect(statistics.rejected == 3)
+        #expect(statistics.pending == 0)
+        #expect(receiver.requests.count == 1, "not retried")
+        #expect(spool.rejected().count == 3)
+        let reason = try String(contentsOfFile: spool.rejectedDirectory + "/" + spool.rejected()[0] + ".reason",
+                                encoding: .utf8)
+        #expect(reason.contains("HTTP \(status)") && reason.contains("nope \(status)"), "\(reason)")
+    }
+
+    @Test func retryAfterIsRespected() throws {
+        let receiver = try Receiver(plan: #"[{"status":429,"retry_after":"1"}]"#)
+        let directory = makeTemporaryDirectory()
+        try spoolSampleReports(2, into: directory)
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory),
+                                    configuration: testUploadConfiguration(receiver.baseURL),
+                                    logger: Logger(label: "test"))
+        #expect(uploader.flush(deadline: .seconds(10)).delivered == 2)
+        let requests = receiver.requests
+        #expect(requests.count == 2)
+        if requests.count == 2 {
+            let gap = requests[1].time - requests[0].time
+            #expect(gap >= 0.95, "waited \(gap) s, Retry-After said 1 s (backoff alone is 50 ms)")
+        }
+    }
+
+    @Test func partialSuccessIsDeliveredAndCounted() throws {
+        let receiver = try Receiver(plan: #"[{"status":200,"partial":1}]"#)
+        let directory = makeTemporaryDirectory()
+        try spoolSampleReports(3, into: directory)
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory),
+                                    configuration: testUploadConfiguration(receiver.baseURL),
+                                    logger: Logger(label: "test"))
+        let statistics = uploader.flush(deadline: .seconds(10))
+        #expect(statistics.delivered == 3)
+        #expect(statistics.partiallyRejectedRecords == 1)
+    }
+
+    @Test func anUnreachableEndpointKeepsEverythingAndLogsOnce() throws {
+        let directory = makeTemporaryDirectory()
+        let ids = try spoolSampleReports(3, into: directory)
+        let logs = InMemoryLogHandler()
+        // Nothing listens on the discard port. async-http-client keeps retrying the connection until the request
+        // deadline, so each try lasts the request timeout.
+        var configuration = testUploadConfiguration("http://127.0.0.1:9")
+        configuration.requestTimeout = .milliseconds(300)
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory), configuration: configuration,
+                                    logger: Logger(label: "test") { _ in logs })
+        let statistics = uploader.flush(deadline: .milliseconds(1500))
+        #expect(statistics.delivered == 0)
+        #expect(statistics.pending == ids.count)
+        #expect(statistics.retryableFailures >= 2)
+        #expect(logs.entries.filter { $0.level == .warning }.count == 1)
+    }
+
+    @Test func theMonitorUploadsItsReports() throws {
+        let receiver = try Receiver()
+        let directory = makeTemporaryDirectory()
+        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        configuration.upload = testUploadConfiguration(receiver.baseURL)
+        let loop = try Looper(name: "uploading")
+        let sink = try UploadSink(configuration: configuration, logger: Logger(label: "test"))
+        let monitor = try StallMonitor(loop: loop, configuration: configuration, sinks: [sink])
+        monitor.start()
+        loop.perform { _ = stallmonTestBusySpin(milliseconds: 120) }
+        loop.run(for: .milliseconds(500))
+        _ = eventually(timeout: .seconds(5)) { !receiver.acknowledgedIDs.isEmpty }
+        monitor.stop()
+        let reports = readReports(directory)
+        #expect(reports.count == 1)
+        #expect(receiver.acknowledgedIDs == reports.map(\.id))
+        #expect(sink.uploader?.statistics.pending == 0)
+    }
+
+    @Test func aMonitorConfiguredToUploadRefusesToStartWithoutAnUploadSink() throws {
+        let directory = makeTemporaryDirectory()
+        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        configuration.upload = testUploadConfiguration("http://127.0.0.1:9")
+        let loop = try Looper(name: "no-sink")
+        #expect {
+            _ = try StallMonitor(loop: loop, configuration: configuration)
+        } throws: { error in
+            "\(error)".contains("UploadSink") && "\(error)".contains("upload_endpoint")
+        }
+        configuration.upload.endpoint = nil
+        configuration.upload.spool = true
+        #expect {
+            _ = try StallMonitor(loop: loop, configuration: configuration)
+        } throws: { error in
+            "\(error)".contains("spool = on")
+        }
+        // With the sink, the same configuration is accepted.
+        _ = try StallMonitor(loop: loop, configuration: configuration,
+                             sinks: [try UploadSink(configuration: configuration, logger: Logger(label: "test"))])
+    }
+
+    @Test func quotasDropTheOldestAndSayHowMany() throws {
+        let receiver = try Receiver()
+        let directory = makeTemporaryDirectory()
+        let ids = try spoolSampleReports(8, into: directory)
+        var configuration = testUploadConfiguration(receiver.baseURL)
+        configuration.spoolMaxReports = 5
+        let logs = InMemoryLogHandler()
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory), configuration: configuration,
+                                    logger: Logger(label: "test") { _ in logs })
+        let statistics = uploader.flush(deadline: .seconds(10))
+        #expect(statistics.dropped == 3)
+        #expect(statistics.delivered == 5)
+        #expect(receiver.acknowledgedIDs.sorted() == Array(ids.suffix(5)).sorted(), "the newest five survive")
+        #expect(logs.entries.filter { "\($0.message)".contains("over quota") }.count == 1)
+    }
+}
