@@ -1,0 +1,104 @@
+// Internal to CStallmonCapture: the state shared by the handler (handler.c), installation (install.c) and the
+// slot machinery (slots.c). Not part of the module's public header.
+#ifndef CSTALLMON_CAPTURE_STATE_H
+#define CSTALLMON_CAPTURE_STATE_H
+
+#ifndef _GNU_SOURCE
+#error You must define _GNU_SOURCE (Package.swift does)
+#endif
+#include "CStallmonCapture.h"
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+// On x86_64 and aarch64 Linux, libunwind's local context is the kernel's ucontext (x86_64) or wraps it at offset 0
+// (aarch64), so the handler can start unwinding from the interrupted context it is given.
+#if defined(__x86_64__)
+_Static_assert(sizeof(unw_context_t) == sizeof(ucontext_t), "libunwind x86_64 context must be a ucontext_t");
+#endif
+
+// MARK: - Slot states
+
+enum {
+    SLOT_FREE = 0,              // not assigned to a thread
+    SLOT_IDLE = 1,              // assigned; no signal in flight
+    SLOT_REQUESTED = 2,         // armed and signalled; the handler has not started
+    SLOT_RUNNING = 3,           // the handler is unwinding
+    SLOT_DONE = 4,              // frames published; the watchdog collects them
+    SLOT_ABANDONED = 5,         // the watchdog gave up before the handler started; the late handler drains it
+    SLOT_ABANDONED_RUNNING = 6, // the watchdog gave up while the handler ran; the handler drains it at its end
+    SLOT_FREEING = 7,           // being returned to FREE by whoever won the race
+};
+
+typedef struct {
+    _Atomic int32_t state;      // futex word: the watchdog sleeps on it, the handler wakes it
+    _Atomic pid_t tid;
+    _Atomic int32_t retired;    // released by its owner while a late handler may still come
+    uint32_t max_frames;        // written by the watchdog before arming, read by the handler
+    uint32_t frame_count;       // written by the handler before DONE
+    uintptr_t stack_low;        // the thread's stack bounds, recorded at warm-up (0: unknown)
+    uintptr_t stack_high;
+    int32_t in_loader;          // the handler found the thread inside the dynamic loader
+    uint32_t truncated;
+    int32_t unwind_error;
+    uint64_t entered_ns;
+    uint64_t done_ns;
+    uintptr_t frames[CSTALLMON_MAX_FRAMES];
+} capture_slot;
+
+// Everything the handler touches, allocated before any signal can arrive.
+typedef struct {
+    pthread_mutex_t mutex;          // guards install, release and slot ownership; never taken by the handler
+    _Atomic int signal_number;      // 0 until installed
+    int references;
+    // Code that may run while holding the loader lock, which libunwind's dl_iterate_phdr also takes: the dynamic
+    // loader (ld.so) and dl_iterate_phdr itself. Recorded at install, read by the handler.
+    uintptr_t loader_low, loader_high;
+    uintptr_t iterate_low, iterate_high;
+    uintptr_t page_size;
+    // glibc's lock on the list of loaded objects (_rtld_global._dl_load_write_lock, a recursive pthread mutex),
+    // which dl_iterate_phdr takes: found at install by watching which mutex in _rtld_global dl_iterate_phdr holds.
+    // NULL when it could not be found; the handler then falls back to scanning the stack.
+    const int32_t *load_write_lock;
+    capture_slot slots[CSTALLMON_MAX_SLOTS];
+} capture_state;
+
+// Everything the handler touches: static storage, allocated before any signal can arrive, never freed, so no
+// handler can ever point at freed memory. Defined in slots.c.
+extern capture_state cstallmon_g_state __attribute__((visibility("hidden")));
+#define g_state cstallmon_g_state
+
+// MARK: - Shared helpers (async-signal-safe)
+
+// Async-signal-safe: clock_gettime is on POSIX's list.
+static inline uint64_t monotonic_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+}
+
+// Async-signal-safe: one futex syscall.
+static inline void futex_wake_all(_Atomic int32_t *word) {
+    syscall(SYS_futex, (int32_t *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+// Async-signal-safe. Returns a slot whose watchdog gave up to IDLE, or to FREE when its owner released it.
+void cstallmon_drain_abandoned(capture_slot *slot, int32_t from) __attribute__((visibility("hidden")));
+#define drain_abandoned cstallmon_drain_abandoned
+
+// Async-signal-safe: the SA_SIGINFO handler install.c registers for the sampling signal.
+void cstallmon_sampling_handler(int signal_number, siginfo_t *info, void *ucontext)
+    __attribute__((visibility("hidden")));
+#define sampling_handler cstallmon_sampling_handler
+
+#endif

@@ -1,0 +1,171 @@
+// The signal handler and everything it calls: the only code of stallmon that runs inside a signal handler.
+// Everything in this file is async-signal-safe: atomics, clock_gettime, syscall(gettid/futex) and libunwind's local
+// unwinder on memory preallocated at install. No malloc, locks of our own, stdio or Swift; errno saved and restored.
+#include "capture_state.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+
+// Async-signal-safe. Returns a slot whose watchdog gave up to IDLE, or to FREE when its owner released it.
+void drain_abandoned(capture_slot *slot, int32_t from) {
+    int32_t expected = from;
+    if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_IDLE)) return;
+    if (atomic_load(&slot->retired)) {
+        expected = SLOT_IDLE;
+        if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
+            atomic_store(&slot->tid, 0);
+            atomic_store(&slot->retired, 0);
+            atomic_store(&slot->state, SLOT_FREE);
+        }
+    }
+    futex_wake_all(&slot->state);
+}
+
+// MARK: - The handler (async-signal-safe)
+
+// Async-signal-safe (compares addresses recorded at install).
+static int in_loader_code(uintptr_t address) {
+    return (address >= g_state.loader_low && address < g_state.loader_high) ||
+           (address >= g_state.iterate_low && address < g_state.iterate_high);
+}
+
+// Async-signal-safe (reads one mutex's words). True when `tid` holds, or may be taking, the loader's list lock:
+// the lock word is set and the owner is that thread, or not yet recorded (pthread_mutex_lock sets the owner just
+// after the lock word). Unwinding would then call dl_iterate_phdr on a lock this very thread holds, possibly half
+// taken. A lock another thread holds only makes the unwind wait for it, and that thread is not stopped.
+static int loader_lock_held_by(const int32_t *mutex, pid_t tid) {
+    // struct __pthread_mutex_s: __lock at 0, __count at 4, __owner at 8.
+    if (__atomic_load_n(&mutex[0], __ATOMIC_ACQUIRE) == 0) return 0;
+    const int32_t owner = __atomic_load_n(&mutex[2], __ATOMIC_RELAXED);
+    return owner == 0 || owner == tid;
+}
+
+// Async-signal-safe. True when unwinding the interrupted thread could deadlock or read a list being changed: its
+// program counter is in the dynamic loader or dl_iterate_phdr, or it holds the loader's list lock. Without the
+// lock's address (an unknown glibc), the top 1 KiB of its stack is scanned for return addresses into the loader
+// instead, which stale addresses in live frames can fool into skipping samples.
+static int interrupted_in_loader(const capture_slot *slot, const ucontext_t *context, pid_t tid) {
+#if defined(__x86_64__)
+    const uintptr_t pc = (uintptr_t)context->uc_mcontext.gregs[REG_RIP];
+    if (in_loader_code(pc)) return 1;
+    if (g_state.load_write_lock) return loader_lock_held_by(g_state.load_write_lock, tid);
+    const uintptr_t sp = (uintptr_t)context->uc_mcontext.gregs[REG_RSP] & ~(uintptr_t)7;
+    // The loader frame that takes or holds the lock sits right above the interrupted point (pthread_mutex_lock
+    // called from _dl_close_worker, say), so 1 KiB suffices.
+    uintptr_t end = sp + 1024;
+    if (slot->stack_high != 0 && sp >= slot->stack_low && sp < slot->stack_high) {
+        if (end > slot->stack_high) end = slot->stack_high;
+    } else {
+        // Bounds unknown (no warm-up on this thread) or RSP elsewhere (an alternate stack): only the page holding
+        // RSP is known to be mapped.
+        uintptr_t page_end = (sp | (g_state.page_size - 1)) + 1;
+        if (end > page_end) end = page_end;
+    }
+    for (const uintptr_t *word = (const uintptr_t *)sp; (uintptr_t)word < end; word++) {
+        if (in_loader_code(*word)) return 1;
+    }
+#else
+    (void)slot;
+    (void)context;
+    if (g_state.load_write_lock) return loader_lock_held_by(g_state.load_write_lock, tid);
+#endif
+    return 0;
+}
+
+// Async-signal-safe after the thread's warm-up. libunwind's fast trace (unw_backtrace) walks from the handler's
+// own context through the signal trampoline using a per-thread cache of frame shapes, a few times cheaper per frame
+// than unw_step. Its per-thread cache is created on the thread's first trace, which cstallmon_warm_up triggers at a
+// known point of the monitored thread (not interrupting arbitrary code). The frames above the interrupted program
+// counter (the handler, the trampoline) are dropped; if that PC is not found, fall back to unw_step.
+static int fast_trace_into(capture_slot *slot, void *ucontext) {
+#if defined(__x86_64__)
+    enum { EXTRA = 16 };
+    void *buffer[CSTALLMON_MAX_FRAMES + EXTRA];
+    const uintptr_t interrupted = (uintptr_t)((ucontext_t *)ucontext)->uc_mcontext.gregs[REG_RIP];
+    const uint32_t limit = slot->max_frames;
+    int count = unw_backtrace(buffer, (int)(limit + EXTRA));
+    for (int start = 0; start < count && start < EXTRA; start++) {
+        if ((uintptr_t)buffer[start] != interrupted) continue;
+        uint32_t kept = 0;
+        for (int index = start; index < count && kept < limit; index++) slot->frames[kept++] = (uintptr_t)buffer[index];
+        slot->frame_count = kept;
+        slot->truncated = (uint32_t)(count - start) > kept || count == (int)(limit + EXTRA);
+        return 1;
+    }
+#else
+    (void)slot;
+    (void)ucontext;
+#endif
+    return 0;
+}
+
+// Async-signal-safe: only atomics, clock_gettime, syscall(gettid/futex) and libunwind's local unwinder, whose
+// unw_init_local2/unw_step are documented signal-safe. With the register-state cache on (see cstallmon_install)
+// they take libunwind's cache mutex, with all signals blocked, so no holder of it can be interrupted by us; the
+// handler never unwinds a thread holding the loader's list lock, which that mutex's holder may wait for.
+static void unwind_into(capture_slot *slot, void *ucontext) {
+    unw_cursor_t cursor;
+    slot->frame_count = 0;
+    slot->truncated = 0;
+    slot->unwind_error = 0;
+    if (fast_trace_into(slot, ucontext)) return;
+    int rc = unw_init_local2(&cursor, (unw_context_t *)ucontext, UNW_INIT_SIGNAL_FRAME);
+    if (rc < 0) {
+        slot->unwind_error = rc;
+        return;
+    }
+    uint32_t count = 0;
+    const uint32_t limit = slot->max_frames;
+    for (;;) {
+        unw_word_t ip = 0;
+        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0) break;
+        if (count == limit) {
+            slot->truncated = 1;
+            break;
+        }
+        slot->frames[count++] = (uintptr_t)ip;
+        if (unw_step(&cursor) <= 0) break;
+    }
+    slot->frame_count = count;
+}
+
+// Async-signal-safe. errno is saved and restored; nothing allocates, locks or prints.
+void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
+    (void)signal_number;
+    (void)info;
+    const int saved_errno = errno;
+    const pid_t self = (pid_t)syscall(SYS_gettid);
+    const uint64_t entered = monotonic_ns();
+    for (int index = 0; index < CSTALLMON_MAX_SLOTS; index++) {
+        capture_slot *slot = &g_state.slots[index];
+        if (atomic_load(&slot->tid) != self) continue;
+        int32_t state = atomic_load(&slot->state);
+        if (state == SLOT_REQUESTED) {
+            int32_t expected = SLOT_REQUESTED;
+            if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_RUNNING)) {
+                if (expected == SLOT_ABANDONED) drain_abandoned(slot, SLOT_ABANDONED);
+                continue;
+            }
+            slot->in_loader = interrupted_in_loader(slot, (const ucontext_t *)ucontext, self);
+            if (slot->in_loader) {
+                slot->frame_count = 0;
+                slot->truncated = 0;
+                slot->unwind_error = 0;
+            } else {
+                unwind_into(slot, ucontext);
+            }
+            slot->entered_ns = entered;
+            slot->done_ns = monotonic_ns();
+            expected = SLOT_RUNNING;
+            if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_DONE)) {
+                drain_abandoned(slot, SLOT_ABANDONED_RUNNING);  // the watchdog stopped waiting meanwhile
+            } else {
+                futex_wake_all(&slot->state);
+            }
+        } else if (state == SLOT_ABANDONED) {
+            drain_abandoned(slot, SLOT_ABANDONED);
+        }
+    }
+    errno = saved_errno;
+}

@@ -1,0 +1,202 @@
+// Capture slots (one per monitored thread), the waiting side of a capture, warm-up and diagnostics. NOT
+// async-signal-safe: runs on the watchdog and the loop thread outside any handler; every wait is bounded.
+#include "capture_state.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+capture_state cstallmon_g_state = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+
+// MARK: - Clocks, ids and status (async-signal-safe, though never called from the handler)
+
+uint64_t cstallmon_monotonic_ns(void) { return monotonic_ns(); }
+
+uint64_t cstallmon_realtime_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+}
+
+pid_t cstallmon_gettid(void) { return (pid_t)syscall(SYS_gettid); }
+
+int cstallmon_sigrtmin(void) { return SIGRTMIN; }
+int cstallmon_sigrtmax(void) { return SIGRTMAX; }
+int cstallmon_installed_signal(void) { return atomic_load(&g_state.signal_number); }
+int cstallmon_loader_lock_found(void) { return g_state.load_write_lock != NULL; }
+
+// MARK: - Slots (NOT async-signal-safe)
+
+int cstallmon_slot_acquire(pid_t tid) {
+    int chosen = -1;
+    pthread_mutex_lock(&g_state.mutex);
+    for (int index = 0; index < CSTALLMON_MAX_SLOTS; index++) {
+        capture_slot *slot = &g_state.slots[index];
+        if (atomic_load(&slot->state) != SLOT_FREE) continue;
+        atomic_store(&slot->retired, 0);
+        atomic_store(&slot->tid, tid);
+        atomic_store(&slot->state, SLOT_IDLE);
+        chosen = index;
+        break;
+    }
+    pthread_mutex_unlock(&g_state.mutex);
+    return chosen;
+}
+
+void cstallmon_slot_release(int index) {
+    if (index < 0 || index >= CSTALLMON_MAX_SLOTS) return;
+    capture_slot *slot = &g_state.slots[index];
+    pthread_mutex_lock(&g_state.mutex);
+    atomic_store(&slot->retired, 1);
+    int32_t expected = SLOT_IDLE;
+    if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
+        atomic_store(&slot->tid, 0);
+        atomic_store(&slot->retired, 0);
+        atomic_store(&slot->state, SLOT_FREE);
+    }
+    // Otherwise a late handler is still owed this slot and frees it when it runs, unless the thread is gone:
+    // its pending signal died with it, so nobody else will.
+    else if (syscall(SYS_tgkill, getpid(), atomic_load(&slot->tid), 0) != 0 && errno == ESRCH) {
+        atomic_store(&slot->tid, 0);
+        atomic_store(&slot->retired, 0);
+        atomic_store(&slot->state, SLOT_FREE);
+    }
+    pthread_mutex_unlock(&g_state.mutex);
+}
+
+// MARK: - Capture (the waiting side; NOT async-signal-safe, bounded)
+
+void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_t timeout_ns,
+                       cstallmon_capture_result *result) {
+    memset(result, 0, sizeof *result);
+    const int signal_number = atomic_load(&g_state.signal_number);
+    if (index < 0 || index >= CSTALLMON_MAX_SLOTS || signal_number == 0) {
+        result->status = CSTALLMON_CAPTURE_NOT_READY;
+        return;
+    }
+    capture_slot *slot = &g_state.slots[index];
+    int32_t state = atomic_load(&slot->state);
+    if (state == SLOT_ABANDONED || state == SLOT_ABANDONED_RUNNING) {
+        // Never re-signal while a handler may still run. A thread that has exited took its pending signal with it,
+        // and signal 0 only probes existence.
+        if (syscall(SYS_tgkill, getpid(), atomic_load(&slot->tid), 0) != 0 && errno == ESRCH) {
+            result->status = CSTALLMON_CAPTURE_SIGNAL_FAILED;
+            result->error_number = ESRCH;
+            return;
+        }
+        result->status = CSTALLMON_CAPTURE_PENDING;
+        return;
+    }
+    if (state != SLOT_IDLE) {
+        result->status = CSTALLMON_CAPTURE_NOT_READY;
+        return;
+    }
+    slot->max_frames = max_frames < CSTALLMON_MAX_FRAMES ? max_frames : CSTALLMON_MAX_FRAMES;
+    int32_t expected = SLOT_IDLE;
+    if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_REQUESTED)) {
+        result->status = CSTALLMON_CAPTURE_NOT_READY;
+        return;
+    }
+    const pid_t tid = atomic_load(&slot->tid);
+    result->signal_sent_ns = monotonic_ns();
+    if (syscall(SYS_tgkill, getpid(), tid, signal_number) != 0) {
+        result->status = CSTALLMON_CAPTURE_SIGNAL_FAILED;
+        result->error_number = errno;
+        expected = SLOT_REQUESTED;
+        if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_IDLE)) return;
+        // A handler still owed from before served this request after all: fall through and wait for it.
+    }
+    const uint64_t deadline = result->signal_sent_ns + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
+    for (;;) {
+        state = atomic_load(&slot->state);
+        if (state == SLOT_DONE) break;
+        const uint64_t now = monotonic_ns();
+        if (now >= deadline) {
+            expected = SLOT_REQUESTED;
+            if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_ABANDONED)) {
+                result->status = CSTALLMON_CAPTURE_TIMED_OUT;
+                return;
+            }
+            if (expected == SLOT_RUNNING) {
+                if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_ABANDONED_RUNNING)) {
+                    result->status = CSTALLMON_CAPTURE_TIMED_OUT;
+                    return;
+                }
+            }
+            if (expected == SLOT_DONE) break;  // finished just now
+            result->status = CSTALLMON_CAPTURE_TIMED_OUT;
+            return;
+        }
+        const uint64_t remaining = deadline - now;
+        struct timespec wait = {.tv_sec = (time_t)(remaining / 1000000000ULL),
+                                .tv_nsec = (long)(remaining % 1000000000ULL)};
+        syscall(SYS_futex, (int32_t *)&slot->state, FUTEX_WAIT_PRIVATE, state, &wait, NULL, 0);
+    }
+    // DONE: the handler's plain writes happened before its release-store of DONE, which we just acquired.
+    const uint32_t count = slot->frame_count < max_frames ? slot->frame_count : max_frames;
+    memcpy(frames, slot->frames, count * sizeof(uintptr_t));
+    result->frame_count = count;
+    result->truncated = slot->truncated;
+    result->handler_entered_ns = slot->entered_ns;
+    result->handler_done_ns = slot->done_ns;
+    if (slot->in_loader) {
+        result->status = CSTALLMON_CAPTURE_IN_LOADER;
+    } else if (slot->unwind_error != 0) {
+        result->status = CSTALLMON_CAPTURE_UNWIND_FAILED;
+        result->error_number = slot->unwind_error;
+    } else {
+        result->status = CSTALLMON_CAPTURE_OK;
+    }
+    atomic_store(&slot->state, SLOT_IDLE);
+}
+
+int cstallmon_warm_up(int index) {
+    // The signal is ours; a mask inherited from whoever created this thread (test runners, thread pools block
+    // everything) must not hide the loop from the watchdog.
+    const int signal_number = atomic_load(&g_state.signal_number);
+    if (signal_number != 0) {
+        sigset_t ours;
+        sigemptyset(&ours);
+        sigaddset(&ours, signal_number);
+        pthread_sigmask(SIG_UNBLOCK, &ours, NULL);
+    }
+    // The stack bounds let the handler scan the interrupted stack safely (see interrupted_in_loader).
+    if (index >= 0 && index < CSTALLMON_MAX_SLOTS) {
+        pthread_attr_t attributes;
+        if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
+            void *low = NULL;
+            size_t size = 0;
+            if (pthread_attr_getstack(&attributes, &low, &size) == 0) {
+                g_state.slots[index].stack_low = (uintptr_t)low;
+                g_state.slots[index].stack_high = (uintptr_t)low + size;
+            }
+            pthread_attr_destroy(&attributes);
+        }
+    }
+    uintptr_t frames[64];
+    cstallmon_capture_result result;
+    // A self-signal is delivered before tgkill returns unless blocked, so the wait is only a guard.
+    cstallmon_capture(index, frames, 64, 50 * 1000000LL, &result);
+    return result.status;
+}
+
+// MARK: - Diagnostics (NOT async-signal-safe)
+
+int cstallmon_thread_blocks_signal(pid_t tid, int signal_number) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    FILE *file = fopen(path, "re");
+    if (!file) return -1;
+    char line[256];
+    int answer = -1;
+    while (fgets(line, sizeof line, file)) {
+        unsigned long long mask = 0;
+        if (sscanf(line, "SigBlk: %llx", &mask) == 1) {
+            answer = (mask >> (signal_number - 1)) & 1ULL ? 1 : 0;
+            break;
+        }
+    }
+    fclose(file);
+    return answer;
+}
