@@ -56,6 +56,8 @@ let package = Package(
             dependencies: ["CStallmonLoopShims"]
         ),
         .target(name: "StallmonReport"),
+        // Before-main set-up of the CLI (stop signals of `stallmon upload --daemon`).
+        .target(name: "CStallmonCLI", cSettings: [.define("_GNU_SOURCE")]),
         .target(
             name: "Stallmon",
             dependencies: [
@@ -91,6 +93,7 @@ let package = Package(
                 "StallmonLoop",
                 "StallmonReport",
                 "StallmonUpload",
+                "CStallmonCLI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -140,7 +143,8 @@ let package = Package(
             ]
         ),
         // Shared by the test targets: a scripted HTTP collector (receiver.py) on 127.0.0.1.
-        .target(name: "StallmonTestSupport", dependencies: ["StallmonLoop", "StallmonReport"], path: "Tests/StallmonTestSupport",
+        .target(name: "StallmonTestSupport", dependencies: ["StallmonLoop", "StallmonReport", "Stallmon", "StallmonUpload"],
+                path: "Tests/StallmonTestSupport",
                 exclude: ["receiver.py"]),
     ],
     swiftLanguageModes: [.v6]

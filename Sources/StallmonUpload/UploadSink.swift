@@ -47,7 +47,9 @@ public final class UploadSink: StallReportSink {
         #endif
     }
 
+    /// Repairs what a crash may have left (see `Spool.restoreUnpublishedReports()`), then starts the uploader.
     public func start() {
+        spool.restoreUnpublishedReports()
         #if Upload
         uploader?.start()
         #endif

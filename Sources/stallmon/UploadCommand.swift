@@ -1,6 +1,7 @@
 // Needs the `Upload` trait (on by default), like StallmonUpload's Uploader.
 #if Upload
 import ArgumentParser
+import CStallmonCLI
 import Dispatch
 import Foundation
 import Logging
@@ -21,7 +22,8 @@ struct UploadCommand: ParsableCommand {
             from upload_token / STALLMON_UPLOAD_TOKEN or upload_token_file and is never printed.
 
             --once (default) sends everything pending, retrying until --deadline; exit status 0 when the spool is \
-            empty afterwards, 1 when reports remain (they are kept for the next run). --daemon keeps watching the \
+            empty afterwards, 1 when reports remain (they are kept for the next run) or delivered ones could not be \
+            removed (a read-only spool: they are not sent again in this run). --daemon keeps watching the \
             spool; SIGTERM or SIGINT finish or abandon the request in flight within --deadline and exit 0.
             """)
 
@@ -76,20 +78,28 @@ struct UploadCommand: ParsableCommand {
         let statistics = uploader.flush(deadline: grace)
         print("delivered \(statistics.delivered), rejected \(statistics.rejected), dropped \(statistics.dropped), "
             + "pending \(statistics.pending) (\(statistics.requests) requests, "
-            + "\(statistics.retryableFailures) retryable failures)")
-        if statistics.pending > 0 { throw ExitCode(1) }
+            + "\(statistics.retryableFailures) retryable failures)"
+            + (statistics.deliveredNotRemoved > 0
+                ? "; \(statistics.deliveredNotRemoved) delivered but not removable from the spool" : ""))
+        if statistics.pending > 0 || statistics.deliveredNotRemoved > 0 { throw ExitCode(1) }
     }
 
     private func runDaemon(_ uploader: Uploader, grace: Duration) {
-        let stop = DispatchSemaphore(value: 0)
-        var sources: [DispatchSourceSignal] = []
-        for signalNumber in [SIGTERM, SIGINT] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-            source.setEventHandler { stop.signal() }
-            source.resume()
-            sources.append(source)
+        // SIGTERM and SIGINT were blocked before main (CStallmonCLI), so one sent while starting is still pending:
+        // a thread takes them with sigwait. Without that constructor (an unusual launch), fall back to blocking now.
+        if cstallmon_cli_stop_signals_blocked() == 0 {
+            var stopSignals = sigset_t()
+            sigemptyset(&stopSignals)
+            sigaddset(&stopSignals, SIGTERM)
+            sigaddset(&stopSignals, SIGINT)
+            pthread_sigmask(SIG_BLOCK, &stopSignals, nil)
         }
+        let stop = DispatchSemaphore(value: 0)
+        let waiter = Thread {
+            _ = cstallmon_cli_wait_for_stop_signal()
+            stop.signal()
+        }
+        waiter.start()
         warn("uploading \(uploader.spool.pendingDirectory) to \(uploader.configuration.endpoint ?? "") "
             + "(\(uploader.configuration.format.rawValue)); SIGTERM or SIGINT to stop")
         uploader.start()
@@ -97,7 +107,7 @@ struct UploadCommand: ParsableCommand {
         uploader.stop(deadline: grace)
         let statistics = uploader.statistics
         warn("stopped: delivered \(statistics.delivered), rejected \(statistics.rejected), pending \(statistics.pending)")
-        withExtendedLifetime(sources) {}
+
     }
 }
 #endif  // Upload

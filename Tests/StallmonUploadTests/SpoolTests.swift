@@ -26,13 +26,54 @@ struct SpoolTests {
         #expect(try spool.pending().count == 1, "deleting the local report does not lose the spooled one")
     }
 
-    @Test func leftoversOfAnInterruptedEnqueueAreNotEntries() throws {
+    @Test func aReportKilledBetweenSpoolingAndPublishingIsPutBack() throws {
+        let directory = makeTemporaryDirectory()
+        let spool = Spool(reportDirectory: directory)
+        // What the writer leaves when killed after spooling the durable temporary file, before the rename.
+        let temporary = directory + "/.tmp-stall-2-def.json-1-2"
+        try AtomicFile.write(Array("report".utf8), to: temporary)
+        try spool.enqueue(reportPath: temporary, name: "stall-2-def.json")
+        try AtomicFile.write(Array("published".utf8), to: directory + "/stall-1-abc.json")
+        try spool.enqueue(reportPath: directory + "/stall-1-abc.json")
+        #expect(!FileManager.default.fileExists(atPath: directory + "/stall-2-def.json"))
+        #expect(spool.restoreUnpublishedReports() == 1, "only the unpublished one")
+        #expect(try String(contentsOfFile: directory + "/stall-2-def.json", encoding: .utf8) == "report")
+        #expect(try String(contentsOfFile: directory + "/stall-1-abc.json", encoding: .utf8) == "published")
+        #expect(spool.restoreUnpublishedReports() == 0, "idempotent")
+        #expect(try spool.pending().map(\.name) == ["stall-1-abc.json", "stall-2-def.json"], "still pending")
+    }
+
+    @Test func leftoversOfAnInterruptedEnqueueAreNotEntriesAndGoOnlyWhenOld() throws {
         let directory = makeTemporaryDirectory()
         let spool = Spool(reportDirectory: directory)
         try spool.prepare()
-        try AtomicFile.write(Array("x".utf8), to: spool.pendingDirectory + "/.tmp-stall-9.json-123")
+        let fresh = spool.pendingDirectory + "/.tmp-stall-9.json-123"
+        let old = spool.pendingDirectory + "/.tmp-stall-8.json-456"
+        try AtomicFile.write(Array("x".utf8), to: fresh)
+        try AtomicFile.write(Array("y".utf8), to: old)
+        var times = [timespec(tv_sec: time(nil) - 120, tv_nsec: 0), timespec(tv_sec: time(nil) - 120, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, old, &times, 0) == 0)
         #expect(try spool.pending().isEmpty)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: spool.pendingDirectory).isEmpty)
+        // A young one may be an enqueue in progress (this process or a sidecar's) between link and rename.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool.pendingDirectory) == [".tmp-stall-9.json-123"])
+    }
+
+    @Test func aDeliveredInterimDoesNotRemoveTheFinalThatReplacedIt() throws {
+        let directory = makeTemporaryDirectory()
+        let spool = Spool(reportDirectory: directory)
+        let path = directory + "/stall-1-abc.json"
+        try AtomicFile.write(Array("interim".utf8), to: path)
+        try spool.enqueue(reportPath: path)
+        let sent = try spool.pending()  // the interim's batch is in flight…
+        try AtomicFile.write(Array("final!!".utf8), to: path)  // …when the final replaces it
+        try spool.enqueue(reportPath: path)
+        try spool.remove(sent)  // the 2xx for the interim
+        let left = try spool.pending()
+        #expect(left.map(\.name) == ["stall-1-abc.json"], "the final is still pending")
+        #expect(try String(contentsOfFile: spool.pendingDirectory + "/stall-1-abc.json", encoding: .utf8) == "final!!")
+        try spool.remove(left)
+        #expect(try spool.pending().isEmpty, "the final leaves after its own 2xx")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool.pendingDirectory).isEmpty, "nothing aside")
     }
 
     @Test func rejectKeepsTheReportAndItsReason() throws {

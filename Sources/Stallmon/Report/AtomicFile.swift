@@ -27,24 +27,30 @@ public struct FileError: Error, CustomStringConvertible, Sendable {
 public enum AtomicFile {
     /// Writes `bytes` to `path` via a temporary file in the same directory: write all, fsync, rename over `path`,
     /// fsync the directory. The file gets `mode` (default 0600). On failure the temporary file is removed.
-    public static func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o600) throws(FileError) {
+    /// `beforePublishing` runs with the temporary file's path once its contents are durable and before the rename,
+    /// so whatever it does with the file (e.g. link it into a spool) has happened before `path` shows it.
+    public static func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o600,
+                             beforePublishing: (String) -> Void = { _ in }) throws(FileError) {
         let directory = parentDirectory(of: path)
         let name = path.split(separator: "/").last.map(String.init) ?? path
         let temporary = directory + "/.tmp-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard fd >= 0 else { throw .last("create", temporary) }
+        var failure: FileError?
         do throws(FileError) {
             try writeAll(fd, bytes, path: temporary)
-            guard fsync(fd) == 0 else { throw FileError.last("fsync", temporary) }
-            guard close(fd) == 0 else {
-                _ = unlink(temporary)
-                throw FileError.last("close", temporary)
-            }
+            if fsync(fd) != 0 { throw FileError.last("fsync", temporary) }
         } catch {
-            close(fd)
-            _ = unlink(temporary)
-            throw error
+            failure = error
         }
+        // Closed exactly once, whatever happened: after a failed close the number may already belong to someone
+        // else (a socket the loop just accepted), so it is never closed again.
+        if close(fd) != 0 && failure == nil { failure = .last("close", temporary) }
+        if let failure {
+            _ = unlink(temporary)
+            throw failure
+        }
+        beforePublishing(temporary)
         guard rename(temporary, path) == 0 else {
             let failure = FileError.last("rename to", path)
             _ = unlink(temporary)

@@ -200,9 +200,12 @@ final class ReportWriter: Sendable {
             encoder.outputFormatting = [.prettyPrinted, .withoutEscapingSlashes]
             let bytes = Array(try encoder.encode(report))
             try AtomicFile.createDirectory(configuration.reportDirectory)
-            try AtomicFile.write(bytes, to: path)
+            // Sinks get the durable file before it is published: a report visible in the directory has always
+            // reached every sink (e.g. the spool), even if the process dies between the two steps.
+            try AtomicFile.write(bytes, to: path) { durable in
+                handToSinks(WrittenStallReport(report: report, path: path, contentsPath: durable), state: &state)
+            }
             state.reportPaths[report.id] = path
-            handToSinks(WrittenStallReport(report: report, path: path, contentsPath: path), state: &state)
             if state.failing != nil {
                 logger.notice("stallmon: reports are being written again", metadata: [
                     "directory": "\(configuration.reportDirectory)", "dropped": "\(state.droppedSinceFailure)",

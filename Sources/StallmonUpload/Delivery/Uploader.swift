@@ -22,8 +22,11 @@ public struct UploadStatistics: Sendable, Equatable {
     public var retryableFailures: Int
     /// Log records the receiver refused inside a 2xx (OTLP partialSuccess).
     public var partiallyRejectedRecords: Int
-    /// Reports still pending.
+    /// Reports still pending (not counting those delivered but not yet removed).
     public var pending: Int
+    /// Reports the receiver acknowledged that could not be removed from the spool (a read-only or failing spool):
+    /// never sent again by this uploader; their removal is retried with backoff.
+    public var deliveredNotRemoved: Int
 }
 
 /// Delivers the spool to a collector: batches, gzip, OTLP retry rules, quotas. Runs on its own plain thread
@@ -56,7 +59,12 @@ public final class Uploader: Sendable {
         let requests = Atomic<Int>(0)
         let retryable = Atomic<Int>(0)
         let partial = Atomic<Int>(0)
+        let deliveredNotRemoved = Atomic<Int>(0)
     }
+
+    /// Entries acknowledged by the receiver whose removal failed, by name and file: filtered out of every batch so
+    /// a spool that cannot be written is not resent at full speed. Uploader-thread only (or `flush`'s caller).
+    private let acknowledged = Mutex<[String: FileIdentity?]>([:])
 
     /// Validates `configuration` (an endpoint is required here) and resolves the token. Throws before any work.
     public init(spool: Spool, configuration: UploadConfiguration, logger: Logger) throws(ConfigurationError) {
@@ -88,7 +96,18 @@ public final class Uploader: Sendable {
                          requests: counters.requests.load(ordering: .relaxed),
                          retryableFailures: counters.retryable.load(ordering: .relaxed),
                          partiallyRejectedRecords: counters.partial.load(ordering: .relaxed),
-                         pending: (try? spool.pending().count) ?? 0)
+                         pending: notYetDelivered((try? spool.pending()) ?? []).count,
+                         deliveredNotRemoved: counters.deliveredNotRemoved.load(ordering: .relaxed))
+    }
+
+    /// `entries` less those already acknowledged (same name, same file).
+    private func notYetDelivered(_ entries: [SpoolEntry]) -> [SpoolEntry] {
+        acknowledged.withLock { acknowledged in
+            acknowledged.isEmpty ? entries : entries.filter { entry in
+                guard let identity = acknowledged[entry.name] else { return true }
+                return identity != entry.identity
+            }
+        }
     }
 
     // MARK: - Background mode
@@ -143,6 +162,10 @@ public final class Uploader: Sendable {
         var retryAt: UInt64 = 0  // monotonic
         var failing: String?
         var random = SystemRandomNumberGenerator()
+        /// Removal of acknowledged entries: next try (monotonic), tries so far, and the error being reported.
+        var removalRetryAt: UInt64 = 0
+        var removalAttempt = 0
+        var removalFailing: String?
     }
 
     /// Works until stopped (background), or until the spool is empty or `until` passes (once mode).
@@ -164,9 +187,10 @@ public final class Uploader: Sendable {
                 wait(until: min(state.retryAt, deadline ?? .max))
                 continue
             }
+            if state.removalFailing != nil && state.removalRetryAt <= monotonicNow { retryRemovals(&state) }
             let pending: [SpoolEntry]
             do {
-                pending = try enforceQuotas(try spool.pending())
+                pending = notYetDelivered(try enforceQuotas(try spool.pending()))
             } catch {
                 logFailure(&state, "cannot read the spool: \(error)")
                 state.retryAt = monotonicNow + idlePoll
@@ -231,8 +255,7 @@ public final class Uploader: Sendable {
             do {
                 try spool.remove(sendable)
             } catch {
-                logger.error("stallmon: delivered reports could not be removed from the spool; they will be sent again",
-                             metadata: ["error": "\(error)"])
+                rememberUnremoved(sendable, error: "\(error)", state: &state)
             }
             counters.delivered.wrappingAdd(sendable.count, ordering: .relaxed)
             deliveredCounter.increment(by: Int64(sendable.count))
@@ -257,6 +280,51 @@ public final class Uploader: Sendable {
             rejectEntries(sendable, reason: reason)
             state.attempt = 0
         }
+    }
+
+    /// Delivered entries that could not be removed are remembered, not resent; their removal is retried with
+    /// backoff. Logged when this starts and when it ends, not per try.
+    private func rememberUnremoved(_ entries: [SpoolEntry], error: String, state: inout LoopState) {
+        let count = acknowledged.withLock { acknowledged in
+            for entry in entries { acknowledged[entry.name] = entry.identity }
+            return acknowledged.count
+        }
+        counters.deliveredNotRemoved.store(count, ordering: .relaxed)
+        state.removalAttempt += 1
+        state.removalRetryAt = cstallmon_monotonic_ns() + removalBackoff(state.removalAttempt)
+        if state.removalFailing == nil {
+            logger.error("stallmon: delivered reports cannot be removed from the spool; they are not sent again, and their removal is retried", metadata: ["spool": "\(spool.pendingDirectory)", "error": "\(error)"])
+        }
+        state.removalFailing = error
+    }
+
+    /// Retries removing what was delivered; forgets entries that are gone.
+    private func retryRemovals(_ state: inout LoopState) {
+        let remembered = acknowledged.withLock { $0 }
+        let listed = (try? spool.pending()) ?? []
+        let stillThere = listed.filter { entry in remembered[entry.name].map { $0 == entry.identity } ?? false }
+        do {
+            try spool.remove(stillThere)
+        } catch {
+            state.removalFailing = "\(error)"
+            state.removalAttempt += 1
+            state.removalRetryAt = cstallmon_monotonic_ns() + removalBackoff(state.removalAttempt)
+            return
+        }
+        acknowledged.withLock { $0.removeAll() }
+        counters.deliveredNotRemoved.store(0, ordering: .relaxed)
+        logger.notice("stallmon: delivered reports are removed from the spool again", metadata: [
+            "spool": "\(spool.pendingDirectory)", "removed": "\(stillThere.count)",
+            "previousError": "\(state.removalFailing ?? "")",
+        ])
+        state.removalFailing = nil
+        state.removalAttempt = 0
+    }
+
+    private func removalBackoff(_ attempt: Int) -> UInt64 {
+        let base = UInt64(configuration.backoffBase.nanosecondsClamped)
+        let cap = UInt64(configuration.backoffMax.nanosecondsClamped)
+        return min(cap, base << UInt64(min(attempt - 1, 30)))
     }
 
     /// Logs an upload problem when uploads go from working to failing, not once per try (the reason may change

@@ -47,7 +47,29 @@ public struct Spool: Sendable {
         try AtomicFile.syncDirectory(pendingDirectory)
     }
 
-    /// Pending entries, oldest first. Temporary files of an interrupted enqueue are removed.
+    /// The monitor spools a report before publishing it in the report directory, so a process killed between the two
+    /// leaves it only here. Links such entries back into the report directory (same name, same file), so the two
+    /// agree again. Returns how many were restored; never fails (a spool or directory it cannot read is left alone).
+    @discardableResult
+    public func restoreUnpublishedReports() -> Int {
+        let reportDirectory = AtomicFile.parentDirectory(of: directory)
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: pendingDirectory) else { return 0 }
+        var restored = 0
+        for name in names where name.hasPrefix("stall-") && name.hasSuffix(".json") {
+            let published = "\(reportDirectory)/\(name)"
+            if access(published, F_OK) == 0 { continue }
+            if link("\(pendingDirectory)/\(name)", published) == 0 { restored += 1 }
+        }
+        if restored > 0 { try? AtomicFile.syncDirectory(reportDirectory) }
+        return restored
+    }
+
+    /// Temporary files younger than this may belong to an enqueue or removal in progress, in this process or
+    /// another (`stallmon upload --daemon` beside the service); older ones are leftovers of a killed process.
+    static let temporaryFileGrace: Double = 60
+
+    /// Pending entries, oldest first. Temporary files of an interrupted enqueue or removal, once older than a minute,
+    /// are removed.
     public func pending() throws(FileError) -> [SpoolEntry] {
         let names: [String]
         do {
@@ -56,28 +78,53 @@ public struct Spool: Sendable {
             if !FileManager.default.fileExists(atPath: pendingDirectory) { return [] }
             throw FileError(path: pendingDirectory, operation: "list", errorNumber: EACCES)
         }
+        let now = Date().timeIntervalSince1970
         var entries: [SpoolEntry] = []
         for name in names {
             let path = "\(pendingDirectory)/\(name)"
+            var info = stat()
+            guard stat(path, &info) == 0 else { continue }
             if name.hasPrefix(".tmp-") {
-                _ = unlink(path)  // an enqueue that died between link and rename
+                // Never one that a live enqueue is between link and rename on: only old leftovers go.
+                if now - Double(info.st_mtim.tv_sec) > Self.temporaryFileGrace { _ = unlink(path) }
                 continue
             }
             guard name.hasSuffix(".json") else { continue }
-            var info = stat()
-            guard stat(path, &info) == 0 else { continue }
             let mtime = UInt64(info.st_mtim.tv_sec) * 1_000_000_000 + UInt64(info.st_mtim.tv_nsec)
-            entries.append(SpoolEntry(name: name, bytes: Int(info.st_size), spooledAt: mtime))
+            entries.append(SpoolEntry(name: name, bytes: Int(info.st_size), spooledAt: mtime,
+                                      identity: FileIdentity(info)))
         }
         return entries.sorted { $0.name < $1.name }
     }
 
     func path(of entry: SpoolEntry) -> String { "\(pendingDirectory)/\(entry.name)" }
 
-    /// Removes delivered (or dropped) entries.
+    /// Removes delivered (or dropped) entries, each only if `pending/` still holds the very file that was listed:
+    /// the entry is first renamed aside (atomic), then compared; a newer file that replaced it (a final report over
+    /// its interim) is put back. Entries already gone are fine.
     func remove(_ entries: [SpoolEntry]) throws(FileError) {
         for entry in entries {
-            if unlink(path(of: entry)) != 0 && errno != ENOENT { throw .last("unlink", path(of: entry)) }
+            let path = path(of: entry)
+            guard let identity = entry.identity else {
+                if unlink(path) != 0 && errno != ENOENT { throw .last("unlink", path) }
+                continue
+            }
+            let aside = "\(pendingDirectory)/.tmp-removing-\(entry.name)-\(UInt32.random(in: 0...UInt32.max))"
+            guard rename(path, aside) == 0 else {
+                if errno == ENOENT { continue }
+                throw .last("unlink", path)
+            }
+            var info = stat()
+            if stat(aside, &info) == 0 && FileIdentity(info) != identity {
+                // Replaced after it was listed: the newer content was not sent. Put it back unless an even newer one
+                // arrived meanwhile (EEXIST), which then supersedes it.
+                if link(aside, path) != 0 && errno != EEXIST {
+                    let failure = FileError.last("restore", path)
+                    _ = rename(aside, path)
+                    throw failure
+                }
+            }
+            _ = unlink(aside)
         }
         if !entries.isEmpty { try AtomicFile.syncDirectory(pendingDirectory) }
     }

@@ -1,3 +1,4 @@
+import Glibc
 import Stallmon
 import StallmonReport
 
@@ -39,4 +40,29 @@ public struct SpoolEntry: Sendable, Equatable {
     public var bytes: Int
     /// When it was spooled, nanoseconds since the Unix epoch (the report file's mtime).
     public var spooledAt: UInt64
+    /// The file it was when listed: a delivered entry is removed only if `pending/` still holds that very file (an
+    /// interim report replaced by its final one meanwhile stays). Nil: not known (removed by name).
+    public var identity: FileIdentity?
+
+    public init(name: String, bytes: Int, spooledAt: UInt64, identity: FileIdentity? = nil) {
+        self.name = name
+        self.bytes = bytes
+        self.spooledAt = spooledAt
+        self.identity = identity
+    }
+}
+
+/// A file's device and inode.
+public struct FileIdentity: Hashable, Sendable {
+    public var device: UInt64
+    public var inode: UInt64
+
+    public init(device: UInt64, inode: UInt64) {
+        self.device = device
+        self.inode = inode
+    }
+
+    init(_ info: stat) {
+        self.init(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    }
 }

@@ -1,13 +1,11 @@
 import Foundation
-@testable import Stallmon
-@testable import StallmonReport
-import StallmonTestSupport
-@testable import StallmonUpload
-import Testing
+import Stallmon
+import StallmonReport
+import StallmonUpload
 
 /// A plausible report with a fresh id, written into `directory` and spooled.
 @discardableResult
-func spoolSampleReports(_ count: Int, into directory: String, durationMs: Double = 150) throws -> [String] {
+public func spoolSampleReports(_ count: Int, into directory: String, durationMs: Double = 150) throws -> [String] {
     let spool = Spool(reportDirectory: directory)
     var ids: [String] = []
     for index in 0..<count {
@@ -22,7 +20,7 @@ func spoolSampleReports(_ count: Int, into directory: String, durationMs: Double
     return ids
 }
 
-func sampleReport(durationMs: Double, id: String = UUID().uuidString.lowercased()) -> StallReport {
+public func sampleReport(durationMs: Double, id: String = UUID().uuidString.lowercased()) -> StallReport {
     StallReport(
         schema: StallReport.currentSchema, id: id, ongoing: false,
         process: .init(pid: 4242, executable: "/usr/bin/myservice", buildId: "abcdef0123", hostname: "host-a"),
@@ -44,7 +42,7 @@ func sampleReport(durationMs: Double, id: String = UUID().uuidString.lowercased(
 }
 
 /// A fast-retrying upload configuration against `endpoint`.
-func testUploadConfiguration(_ endpoint: String, format: UploadFormat = .otlp) -> UploadConfiguration {
+public func testUploadConfiguration(_ endpoint: String, format: UploadFormat = .otlp) -> UploadConfiguration {
     var configuration = UploadConfiguration()
     configuration.endpoint = endpoint
     configuration.format = format
