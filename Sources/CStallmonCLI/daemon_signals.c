@@ -1,7 +1,9 @@
-// `stallmon upload --daemon` must exit 0 on SIGTERM at any moment, also while it is still starting (dynamic
-// loading, the Swift runtime, argument parsing and the configuration take milliseconds, during which the default
-// action of SIGTERM would kill it). A constructor runs before all of that: it blocks the two signals for the whole
-// process (threads created later inherit the mask), and the daemon takes them with sigwait once it is ready.
+// `stallmon upload --daemon` must exit 0 on SIGTERM at any moment, also while it is still starting: the shared
+// libraries' initializers (Foundation, ICU, the Swift runtime), argument parsing and the configuration take ~10 ms,
+// during which the default action of SIGTERM would kill it. A function in the executable's .preinit_array runs
+// before all of them (glibc runs it before any shared object's initializer): it blocks the two signals for the whole
+// process (threads created later inherit the mask), and the daemon takes them with sigwait once it is ready. Only
+// the kernel's exec and the dynamic loader's mapping (~1 ms) come before it.
 #ifndef _GNU_SOURCE
 #error You must define _GNU_SOURCE (Package.swift does)
 #endif
@@ -12,8 +14,8 @@
 
 static int g_stop_signals_blocked;
 
-// NOT async-signal-safe; runs once, before main, on the only thread.
-__attribute__((constructor)) static void block_stop_signals_for_the_daemon(int argc, char **argv, char **envp) {
+// NOT async-signal-safe; runs once, before any initializer, on the only thread.
+static void block_stop_signals_for_the_daemon(int argc, char **argv, char **envp) {
     (void)envp;
     int upload = 0, daemon = 0;
     for (int i = 1; i < argc && argv[i] != NULL; i++) {
@@ -27,6 +29,10 @@ __attribute__((constructor)) static void block_stop_signals_for_the_daemon(int a
     sigaddset(&stop, SIGINT);
     if (sigprocmask(SIG_BLOCK, &stop, NULL) == 0) g_stop_signals_blocked = 1;
 }
+
+// In the executable only (the CLI target is linked into it): glibc calls .preinit_array entries with argc, argv, envp.
+__attribute__((section(".preinit_array"), used)) static void (*const preinit_block_stop_signals)(int, char **, char **) =
+    block_stop_signals_for_the_daemon;
 
 int cstallmon_cli_stop_signals_blocked(void) { return g_stop_signals_blocked; }
 

@@ -2,8 +2,8 @@
 #ifndef CSTALLMON_CLI_H
 #define CSTALLMON_CLI_H
 
-/// 1 when the process was started as `stallmon upload … --daemon`: SIGTERM and SIGINT were blocked by a
-/// constructor before main, so a stop request that arrives during start-up stays pending (for sigwait) instead of
+/// 1 when the process was started as `stallmon upload … --daemon`: SIGTERM and SIGINT were blocked before any
+/// initializer ran (.preinit_array), so a stop request that arrives during start-up stays pending (for sigwait) instead of
 /// killing the process by its default action. NOT async-signal-safe concerns: reads a flag set once at start.
 int cstallmon_cli_stop_signals_blocked(void);
 
