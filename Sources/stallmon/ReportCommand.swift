@@ -56,7 +56,10 @@ struct ReportCommand: ParsableCommand {
     }
 
     func run() throws {
-        let directory = try self.directory ?? config.load().reportDirectory
+        // Loaded (and so validated) even when DIR is given: a bad --config, STALLMON_CONFIG or STALLMON_* variable is
+        // an error, never silently ignored.
+        let configuration = try config.load()
+        let directory = self.directory ?? configuration.reportDirectory
         // The summary needs a few members per report; whole reports are only decoded for --folded and --html.
         let wantsSamples = folded != nil || html != nil
         let digests: [(path: String, report: StallDigest)]

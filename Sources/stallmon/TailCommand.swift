@@ -40,7 +40,8 @@ struct TailCommand: ParsableCommand {
     }
 
     func run() throws {
-        let path = try log ?? config.load().resolvedEventLogPath
+        let configuration = try config.load()  // validated even when LOG is given
+        let path = log ?? configuration.resolvedEventLogPath
         var reader = LogFollower(path: path)
         guard let initial = reader.readNew() else {
             warn("\(path): cannot read event log")

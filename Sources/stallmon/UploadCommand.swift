@@ -100,7 +100,8 @@ struct UploadCommand: ParsableCommand {
             stop.signal()
         }
         waiter.start()
-        warn("uploading \(uploader.spool.pendingDirectory) to \(uploader.configuration.endpoint ?? "") "
+        warn("uploading \(uploader.spool.pendingDirectory) to "
+            + "\(UploadConfiguration.redacted(endpoint: uploader.configuration.endpoint ?? "")) "
             + "(\(uploader.configuration.format.rawValue)); SIGTERM or SIGINT to stop")
         uploader.start()
         stop.wait()

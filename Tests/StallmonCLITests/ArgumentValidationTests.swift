@@ -71,6 +71,52 @@ struct ArgumentValidationTests {
         }
     }
 
+    /// Giving DIR or LOG makes the configuration unnecessary, but a bad one is still an error (it was ignored).
+    @Test("a bad --config, STALLMON_CONFIG or STALLMON_* is refused even when DIR or LOG is given",
+          arguments: ["report", "tail", "upload"])
+    func badConfigurationWithExplicitTarget(command: String) async throws {
+        try await withTemporaryDirectory { directory in
+            let target = command == "tail" ? try directory.write("events.jsonl", "") : directory.path
+            let bad = try directory.write("bad.conf", "bogus_key = 1\n")
+            let extra = command == "upload" ? ["--endpoint", "http://127.0.0.1:9", "--deadline", "1"] : []
+            for (arguments, environment) in [
+                ([command, target, "--config", bad] + extra, [String: String]()),
+                ([command, target] + extra, ["STALLMON_CONFIG": bad]),
+                ([command, target] + extra, ["STALLMON_TRESHOLD_MS": "50"]),
+            ] {
+                let result = try await CLI.run(arguments, environment: environment, workingDirectory: directory.url)
+                #expect(result.status == Self.usage, "\(result)")
+                #expect(result.stderr.contains("bogus_key") || result.stderr.contains("STALLMON_TRESHOLD_MS"),
+                        "\(result)")
+            }
+        }
+    }
+
+    /// Secrets never reach an error message: a token line without `=`, a header value, a control character.
+    @Test("errors about the token or headers never show their values")
+    func secretsAreNotEchoed() async throws {
+        try await withTemporaryDirectory { directory in
+            let cases: [(String, [String: String])] = [
+                ("upload_token secret-XYZ\n", [:]),
+                ("upload_headers X-Api-Key secret-XYZ\n", [:]),
+                ("secret-XYZ\n", [:]),
+                ("upload_headers = X-Api-Key: secret-XYZ\u{01}\n", [:]),
+                ("", ["STALLMON_UPLOAD_TOKEN": "secret-XYZ\u{01}"]),
+                ("", ["STALLMON_UPLOAD_TOKEN": "secret-XYZ\nInjected: 1"]),
+                ("upload_endpoint = http://user:secret-XYZ@[bad\n", [:]),
+            ]
+            for (index, (text, environment)) in cases.enumerated() {
+                let config = try directory.write("c\(index).conf", text)
+                let result = try await CLI.run(["report", directory.path, "--config", config],
+                                               environment: environment, workingDirectory: directory.url)
+                #expect(result.status == Self.usage, "case \(index): \(result)")
+                #expect(!result.stderr.contains("secret-XYZ"), "case \(index) leaks the secret: \(result.stderr)")
+                #expect(result.stderr.contains(config) || result.stderr.contains("STALLMON_UPLOAD_TOKEN"),
+                        "case \(index) names where: \(result.stderr)")
+            }
+        }
+    }
+
     @Test("the config file named by STALLMON_CONFIG is checked too")
     func unknownKeyThroughConfigVariable() async throws {
         try await withTemporaryDirectory { directory in

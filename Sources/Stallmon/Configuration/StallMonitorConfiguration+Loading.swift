@@ -63,7 +63,8 @@ extension StallMonitorConfiguration {
             let content = String(line).trimmingWhitespace()
             if content.isEmpty { continue }
             guard let equals = content.firstIndex(of: "=") else {
-                throw ConfigurationError("\(source):\(index + 1): expected `key = value`, found `\(content)`")
+                throw ConfigurationError("\(source):\(index + 1): expected `key = value`, found "
+                    + Self.describeForError(content))
             }
             let key = String(content[..<equals]).trimmingWhitespace()
             var value = String(content[content.index(after: equals)...]).trimmingWhitespace()
@@ -75,6 +76,18 @@ extension StallMonitorConfiguration {
             entries.append((key, value, index + 1))
         }
         return entries
+    }
+
+    /// Keys whose values are secrets: never shown in an error.
+    static let secretKeys: Set<String> = ["upload_token", "upload_headers"]
+
+    /// A malformed line as an error may show it: in full when it begins with a key whose value is no secret;
+    /// otherwise only its first word if that is a known key, else nothing (it may be a token typed on its own).
+    static func describeForError(_ line: String) -> String {
+        let firstWord = String(line.prefix { !$0.isWhitespace && $0 != ":" })
+        if keys.contains(firstWord) && !secretKeys.contains(firstWord) { return "`\(line)`" }
+        if keys.contains(firstWord) { return "`\(firstWord) …` (the value is not shown: it is a secret)" }
+        return "a line that is not shown (it may hold a secret)"
     }
 
     /// Sets one knob from its textual form.
@@ -112,13 +125,20 @@ extension StallMonitorConfiguration {
             case "": upload.spool = nil
             default: throw .invalid(key: key, value: value, reason: "expected on or off")
             }
-        case "upload_endpoint": upload.endpoint = value.isEmpty ? nil : value
+        case "upload_endpoint":
+            upload.endpoint = value.isEmpty ? nil : value
+            try upload.validateEndpoint()  // here, so the error names the file and line
         case "upload_format":
             guard let format = UploadFormat(rawValue: value.lowercased()) else {
                 throw .invalid(key: key, value: value, reason: "expected otlp or ndjson")
             }
             upload.format = format
-        case "upload_token": upload.token = value.isEmpty ? nil : value  // never echoed in errors
+        case "upload_token":  // never echoed in errors
+            guard UploadConfiguration.isValidFieldValue(value) else {
+                throw ConfigurationError("invalid upload_token: contains a control character or a newline "
+                    + "(the value is not shown)")
+            }
+            upload.token = value.isEmpty ? nil : value
         case "upload_token_file": upload.tokenFile = value.isEmpty ? nil : value
         case "upload_headers": upload.headers = try UploadConfiguration.parseHeaders(value)
         case "service_name": upload.serviceName = value.isEmpty ? nil : value

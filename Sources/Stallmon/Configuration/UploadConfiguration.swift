@@ -54,7 +54,7 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
     public var spoolEnabled: Bool { spool ?? (endpoint != nil) }
 
     public var description: String {
-        "UploadConfiguration(endpoint: \(endpoint ?? "none"), format: \(format.rawValue), spool: \(spoolEnabled), "
+        "UploadConfiguration(endpoint: \(endpoint.map { Self.redacted(endpoint: $0) } ?? "none"), format: \(format.rawValue), spool: \(spoolEnabled), "
             + "token: \(token == nil && tokenFile == nil ? "none" : "<redacted>"), headers: "
             + headers.map { "\($0.name): <redacted>" }.joined(separator: ", ") + ")"
     }
@@ -65,13 +65,7 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
 
     /// Checks the endpoint, limits and token file; errors name the key and never show secrets.
     public func validate() throws(ConfigurationError) {
-        if let endpoint {
-            guard let url = URL(string: endpoint), let scheme = url.scheme?.lowercased(),
-                  scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty else {
-                throw .invalid(key: "upload_endpoint", value: endpoint,
-                               reason: "expected an http:// or https:// URL with a host")
-            }
-        }
+        try validateEndpoint()
         guard batchMaxReports >= 1 else {
             throw .invalid(key: "upload_batch_max_reports", value: "\(batchMaxReports)", reason: "must be at least 1")
         }
@@ -93,18 +87,60 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
         for header in headers where header.name.isEmpty || header.name.contains(where: { $0 == ":" || $0.isWhitespace }) {
             throw .invalid(key: "upload_headers", value: header.name, reason: "not a valid header name")
         }
+        for header in headers where !Self.isValidFieldValue(header.value) {
+            throw ConfigurationError("invalid upload_headers: the value of \(header.name) contains a control character "
+                + "or a newline (the value is not shown)")
+        }
         _ = try resolvedToken()
+    }
+
+    /// Checks `endpoint`: an http or https URL with a host. The error shows it without credentials or query.
+    func validateEndpoint() throws(ConfigurationError) {
+        guard let endpoint else { return }
+        guard let url = URL(string: endpoint), let scheme = url.scheme?.lowercased(),
+              scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty else {
+            throw .invalid(key: "upload_endpoint", value: Self.redacted(endpoint: endpoint),
+                           reason: "expected an http:// or https:// URL with a host")
+        }
+    }
+
+    /// An HTTP field value (RFC 9110): visible characters, spaces and tabs; no control characters or newlines,
+    /// which would otherwise fail every request (and end up in error messages).
+    static func isValidFieldValue(_ value: String) -> Bool {
+        value.unicodeScalars.allSatisfy { $0 == "\t" || ($0.value >= 0x20 && $0.value != 0x7F) }
+    }
+
+    /// `endpoint` as logs and errors may show it: without user, password, query or fragment.
+    public static func redacted(endpoint: String) -> String {
+        guard var components = URLComponents(string: endpoint) else { return "<unparsable URL>" }
+        let hadSecrets = components.user != nil || components.password != nil || components.query != nil
+            || components.fragment != nil
+        components.user = nil
+        components.password = nil
+        components.query = nil
+        components.fragment = nil
+        return (components.string ?? "<unparsable URL>") + (hadSecrets ? " (credentials and query not shown)" : "")
     }
 
     /// The bearer token from `token` or `tokenFile` (trimmed), or nil.
     package func resolvedToken() throws(ConfigurationError) -> String? {
-        if let token, !token.isEmpty { return token }
+        if let token, !token.isEmpty {
+            guard Self.isValidFieldValue(token) else {
+                throw ConfigurationError("invalid upload_token: contains a control character or a newline "
+                    + "(the value is not shown)")
+            }
+            return token
+        }
         guard let tokenFile, !tokenFile.isEmpty else { return nil }
         guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else {
             throw ConfigurationError("cannot read upload_token_file \(tokenFile)")
         }
         let trimmed = text.trimmingWhitespace()
         guard !trimmed.isEmpty else { throw ConfigurationError("upload_token_file \(tokenFile) is empty") }
+        guard Self.isValidFieldValue(trimmed) else {
+            throw ConfigurationError("upload_token_file \(tokenFile): the token contains a control character or a "
+                + "newline (the value is not shown)")
+        }
         return trimmed
     }
 
@@ -117,8 +153,12 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
                 // The entry itself is not echoed: it may be a secret typed without its name.
                 throw .invalid(key: "upload_headers", value: "<entry \(index + 1)>", reason: "expected `Name: value`")
             }
-            headers.append(Header(name: String(pair[0]).trimmingWhitespace(),
-                                  value: String(pair[1]).trimmingWhitespace()))
+            let header = Header(name: String(pair[0]).trimmingWhitespace(), value: String(pair[1]).trimmingWhitespace())
+            guard isValidFieldValue(header.value) else {
+                throw ConfigurationError("invalid upload_headers: the value of \(header.name) contains a control "
+                    + "character or a newline (the value is not shown)")
+            }
+            headers.append(header)
         }
         return headers
     }

@@ -267,7 +267,7 @@ public final class Uploader: Sendable {
             }
             state.attempt = 0
             if let previous = state.failing {
-                logger.notice("stallmon: uploads succeed again", metadata: ["endpoint": "\(endpoint)",
+                logger.notice("stallmon: uploads succeed again", metadata: ["endpoint": "\(UploadConfiguration.redacted(endpoint: endpoint))",
                                                                             "previousError": "\(previous)"])
                 state.failing = nil
             }
@@ -334,7 +334,7 @@ public final class Uploader: Sendable {
         state.failing = reason
         guard !wasFailing else { return }
         logger.warning("stallmon: upload failed; reports stay in the spool and will be retried", metadata: [
-            "endpoint": "\(endpoint)", "error": "\(reason)",
+            "endpoint": "\(UploadConfiguration.redacted(endpoint: endpoint))", "error": "\(reason)",
         ])
     }
 

@@ -46,7 +46,7 @@ final class HTTPTransport: Sendable {
             request = try HTTPClient.Request(url: url, method: .POST, headers: requestHeaders,
                                              body: .byteBuffer(compressed))
         } catch {
-            return .transportFailure("bad request URL: \(error)")
+            return .transportFailure("bad request URL \(UploadConfiguration.redacted(endpoint: url))")
         }
         let deadline = NIODeadline.now() + .nanoseconds(timeout.nanosecondsClamped)
         let task = client.execute(request: request, delegate: ResponseAccumulator(request: request),
@@ -82,7 +82,10 @@ final class HTTPTransport: Sendable {
             case .deadlineExceeded, .readTimeout, .connectTimeout: return "timed out"
             case .cancelled: return "cancelled"
             case .remoteConnectionClosed: return "connection closed by peer"
-            default: return "\(error)"
+            default:
+                // Never print header values: one of them is the bearer token (validation refuses bad ones anyway).
+                let text = "\(error)"
+                return text.contains("HeaderFieldValues") ? "a header value the HTTP client refuses (not shown)" : text
             }
         }
         if let error = error as? IOError { return "I/O error: \(error.description)" }
