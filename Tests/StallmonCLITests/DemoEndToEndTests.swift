@@ -111,4 +111,22 @@ struct DemoEndToEndTests {
             #expect(tail.stdoutLines.filter { $0.contains("  stall.end  ") }.count == ends.count, "\(tail)")
         }
     }
+
+    /// README, "The two commands": each stall of the demo is topped by the function the table names.
+    @Test("every demo stall is topped by the function the README's table names")
+    func theReadmeTableIsTrue() async throws {
+        try await withTemporaryDirectory { temporary in
+            let run = try await DemoRun.run(in: temporary, name: "table", ["--seconds", "8.5"])
+            try #require(run.result.status == 0, "\(run.result)")
+            let readme = try String(contentsOfFile: PackageProductsTests.repository + "/README.md", encoding: .utf8)
+            for function in ["DemoStalls.crunchPrimes", "DemoStalls.sleepOnTheLoop", "DemoStalls.readFromSlowPeer",
+                             "ContendedLock.acquireAndRelease", "DemoStalls.encodeLargeJSON"] {
+                #expect(readme.contains("`\(function)`"), "the table names \(function)")
+                let name = String(function.split(separator: ".").last!)
+                #expect(!run.reports(topIn: name).isEmpty,
+                        "a report topped by \(function); tops: \(run.reports.values.compactMap(\.topFrame?.symbol))")
+            }
+            #expect(run.reports.count == 6, "six stalls in 8.5 s: \(run.reports.count)")
+        }
+    }
 }

@@ -21,6 +21,25 @@ struct ReportReaderTests {
         String(decoding: try Fixture.encode(Fixture.report(durationMs: 150, topSymbol: "A.a()")), as: UTF8.self)
     }
 
+    @Test("a FIFO, a device or a directory is named for what it is, without blocking or reading forever")
+    func notRegularFilesAreNamed() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let fifo = directory.path("stall-fifo.json")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        for (path, expected) in [(fifo, "a FIFO"), ("/dev/zero", "a character device"),
+                                 (directory.path, "is a directory"), (directory.path("none.json"), "no such file")] {
+            #expect(throws: ReportReadError.self) { _ = try ReportReader.read(path) }
+            do {
+                _ = try ReportReader.readDigest(path)
+                Issue.record("\(path) was read")
+            } catch {
+                #expect(error.reason.contains(expected), "\(path): \(error.reason)")
+                #expect(!error.reason.contains("permission"), "\(path): \(error.reason)")
+            }
+        }
+    }
+
     @Test("a complete report decodes to what was written")
     func roundTrip() throws {
         let report = Fixture.report(durationMs: 321.5, topSymbol: "App.Worker.crunch()")

@@ -39,6 +39,20 @@ struct StallMonitorTests {
 
 @Suite(.serialized)
 struct StallMonitorBehaviourTests {
+    @Test func theReportDirectoryExistsFromTheStartEvenWithoutAStall() throws {
+        let directory = makeTemporaryDirectory() + "/not/yet/there"
+        let loop = try Looper(name: "quiet")
+        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
+                                                                         reportDirectory: directory))
+        monitor.start()
+        var info = stat()
+        #expect(stat(directory, &info) == 0, "created at start()")
+        #expect(info.st_mode & 0o777 == 0o700)
+        loop.run(for: .milliseconds(50))
+        monitor.stop()
+        #expect(try ReportReader.scan(directory: directory).reports.isEmpty)
+    }
+
     @Test func aLoopIdleInEpollForSecondsProducesNoReport() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "idle")

@@ -96,7 +96,8 @@ public final class StallMonitor: Sendable {
         stop()
     }
 
-    /// Starts watching: registers the loop observers and starts the watchdog and writer threads. If the loop is
+    /// Starts watching: creates the report directory (0700) if missing, registers the loop observers and starts the
+    /// watchdog and writer threads. If the loop is
     /// already running, the capture is bound to its thread on the loop's next pass; otherwise at `entry`.
     /// Calling it again does nothing; a stopped monitor cannot be restarted (create a new one).
     public func start() {
@@ -122,6 +123,14 @@ public final class StallMonitor: Sendable {
         state.withLock { $0.observerToken = token }
         if loop.isRunning {
             loop.perform(label: "stallmon.bind") { [binding] in StallMonitor.bindCurrentThread(binding) }
+        }
+        // The directory exists from the start, so `stallmon report DIR` says "No stalls recorded" for a service that
+        // never stalled rather than "no such directory". A failure here is logged; writes retry it later.
+        do {
+            try AtomicFile.createDirectory(configuration.reportDirectory)
+        } catch {
+            logger.error("stallmon: cannot create the report directory; reports will be dropped until it can be",
+                         metadata: ["directory": "\(configuration.reportDirectory)", "error": "\(error)"])
         }
         for sink in sinks { sink.start() }
         writer.start()

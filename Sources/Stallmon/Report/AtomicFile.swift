@@ -82,7 +82,8 @@ public enum AtomicFile {
         }
     }
 
-    /// Creates `path` and missing parents with `mode` (0700). Existing directories are left as they are.
+    /// Creates `path` and missing parents with `mode` (0700), each made durable (its parent fsynced). Existing
+    /// directories are left as they are.
     public static func createDirectory(_ path: String, mode: mode_t = 0o700) throws(FileError) {
         var isDirectory = stat()
         if stat(path, &isDirectory) == 0 {
@@ -93,7 +94,12 @@ public enum AtomicFile {
         }
         let parent = parentDirectory(of: path)
         if parent != path && parent != "." && parent != "/" { try createDirectory(parent, mode: mode) }
-        if mkdir(path, mode) != 0 && errno != EEXIST { throw .last("mkdir", path) }
+        if mkdir(path, mode) != 0 {
+            if errno == EEXIST { return }
+            throw .last("mkdir", path)
+        }
+        // The new directory's entry must survive a crash too, or the first report's careful fsyncs are lost with it.
+        try syncDirectory(parent)
     }
 
     package static func parentDirectory(of path: String) -> String {

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A file that could not be read as a stall report, and why, in words for people.
 public struct ReportReadError: Error, CustomStringConvertible, Sendable, Equatable {
@@ -12,23 +15,60 @@ public struct ReportReadError: Error, CustomStringConvertible, Sendable, Equatab
 public enum ReportReader {
     /// Decodes one report file.
     public static func read(_ path: String) throws(ReportReadError) -> StallReport {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-            throw ReportReadError(path: path, reason: "no such file")
-        }
-        guard !isDirectory.boolValue else { throw ReportReadError(path: path, reason: "is a directory") }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ReportReadError(path: path, reason: "cannot be read (permission denied?)")
-        }
-        return try decode(data, path: path)
+        try decode(try contents(of: path), path: path)
     }
 
     /// Reads what a summary needs of one report file (see `decodeDigest`).
     public static func readDigest(_ path: String) throws(ReportReadError) -> StallDigest {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            return StallDigest(try read(path))  // names the reason (missing, directory, permission)
+        try decodeDigest(try contents(of: path), path: path)
+    }
+
+    /// No report is anywhere near this large; a bigger file is refused before it is read into memory.
+    static let maximumReportBytes = 256 << 20
+
+    /// The bytes of a regular file, with the reason when there are none: missing, a directory, not a regular file
+    /// (a FIFO or a device would block or never end), unreadable (with the system's reason), or too large.
+    static func contents(of path: String) throws(ReportReadError) -> Data {
+        // O_NONBLOCK: opening a FIFO with no writer must not hang; it is refused below as not a regular file.
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else {
+            let error = errno
+            switch error {
+            case ENOENT: throw ReportReadError(path: path, reason: "no such file")
+            case EACCES, EPERM: throw ReportReadError(path: path, reason: "cannot be read: permission denied")
+            default: throw ReportReadError(path: path, reason: "cannot be read: \(String(cString: strerror(error)))")
+            }
         }
-        return try decodeDigest(data, path: path)
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            throw ReportReadError(path: path, reason: "cannot be read: \(String(cString: strerror(errno)))")
+        }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: break
+        case S_IFDIR: throw ReportReadError(path: path, reason: "is a directory")
+        case S_IFIFO: throw ReportReadError(path: path, reason: "is not a regular file (a FIFO)")
+        case S_IFCHR: throw ReportReadError(path: path, reason: "is not a regular file (a character device)")
+        case S_IFBLK: throw ReportReadError(path: path, reason: "is not a regular file (a block device)")
+        case S_IFSOCK: throw ReportReadError(path: path, reason: "is not a regular file (a socket)")
+        default: throw ReportReadError(path: path, reason: "is not a regular file")
+        }
+        guard Int(info.st_size) <= maximumReportBytes else {
+            throw ReportReadError(path: path, reason: "is \(info.st_size) bytes, larger than any report "
+                + "(\(maximumReportBytes >> 20) MiB)")
+        }
+        var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
+        var total = 0
+        while total < bytes.count {
+            let got = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
+            if got < 0 && errno == EINTR { continue }
+            if got < 0 {
+                throw ReportReadError(path: path, reason: "cannot be read: \(String(cString: strerror(errno)))")
+            }
+            if got == 0 { break }  // shrank while being read
+            total += got
+        }
+        return Data(bytes[0..<total])
     }
 
     /// Decodes report bytes; `path` only labels errors.
