@@ -54,6 +54,30 @@ struct PackageProductsTests {
         #expect(byName["StallmonUpload"]?.contains("AsyncHTTPClient") == true, "the transport moved to StallmonUpload")
     }
 
+    /// Every ```swift block of the README but the Package.swift excerpts, as a file that compiles it unchanged: the
+    /// block's imports first, the rest as the body of a function.
+    static func readmeSwiftSnippets() throws -> [String] {
+        let readme = try String(contentsOfFile: repository + "/README.md", encoding: .utf8)
+        var snippets: [String] = []
+        var current: [String]?
+        for line in readme.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
+            if current == nil, line == "```swift" {
+                current = []
+            } else if let lines = current, line == "```" {
+                current = nil
+                guard !(lines.first ?? "").hasPrefix("// Package.swift") else { continue }
+                let imports = lines.filter { $0.hasPrefix("import ") }
+                let body = lines.filter { !$0.hasPrefix("import ") }
+                let index = snippets.count
+                snippets.append((imports + ["", "func readmeSnippet\(index)() throws {"] + body + ["}"])
+                    .joined(separator: "\n") + "\n")
+            } else if current != nil {
+                current!.append(line)
+            }
+        }
+        return snippets
+    }
+
     /// Names in dump-package's dependency entries: `{"byName": ["X", null]}`, `{"product": ["X", "pkg", …]}`.
     static func dependencyNames(_ value: Any?) -> [String] {
         guard let entries = value as? [[String: Any]] else { return [] }
@@ -80,11 +104,17 @@ struct PackageProductsTests {
                 name: "CoreOnly",
                 // No traits: leave out `Upload`, which the core does not need (SwiftPM builds every target of a
                 // dependency, so only a trait keeps async-http-client out of the build).
-                dependencies: [.package(path: "\(Self.repository)", traits: [])],
+                dependencies: [
+                    .package(path: "\(Self.repository)", traits: []),
+                    .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+                ],
                 targets: [
                     .executableTarget(name: "CoreOnly", dependencies: [
                         .product(name: "Stallmon", package: "\(packageName)"),
                         .product(name: "StallmonLoop", package: "\(packageName)"),
+                        // Without the trait it spools only, and brings no HTTP client.
+                        .product(name: "StallmonUpload", package: "\(packageName)"),
+                        .product(name: "Logging", package: "swift-log"),
                     ]),
                 ]
             )
@@ -109,6 +139,12 @@ struct PackageProductsTests {
             monitor.stop()
             print("reports written: \\(monitor.statistics.reportsWritten)")
             """)
+        // The README's Swift snippets compile as written (each in a function of its own, its imports on top).
+        let snippets = try Self.readmeSwiftSnippets()
+        #expect(snippets.count >= 2, "the README has its linking snippets")
+        for (index, snippet) in snippets.enumerated() {
+            try scratch.write("Sources/CoreOnly/Readme\(index).swift", snippet)
+        }
         let log = scratch.path("build.log")
         let build = ChildProcess.run(try Self.swiftExecutable(), ["build", "--package-path", scratch.path],
                                      timeout: .seconds(900), outputPath: log)

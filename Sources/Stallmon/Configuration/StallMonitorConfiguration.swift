@@ -31,9 +31,9 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     /// At most this many full reports per stall signature per hour; further stalls of that kind are only counted
     /// (a `stall.end` line with `suppressed`, and `suppressedBefore` in the next report). Key
     /// `max_reports_per_signature_per_hour`, default 30.
-    public var maxReportsPerSignaturePerHour = 30
+    public var maxReportsPerSignaturePerHour: Int
     /// Spooling and upload of reports (keys `spool`, `upload_*`, `spool_*`, `service_name`); off by default.
-    public var upload = UploadConfiguration()
+    public var upload: UploadConfiguration
 
     /// Creates a configuration; values not given take their defaults. Call `validate()` (the monitor does) to
     /// check them.
@@ -47,7 +47,9 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
                 reportDirectory: String = "./stallmon-reports",
                 eventLogPath: String? = nil,
                 eventLogMaxBytes: Int = 10 << 20,
-                eventLogMaxFiles: Int = 3) {
+                eventLogMaxFiles: Int = 3,
+                maxReportsPerSignaturePerHour: Int = 30,
+                upload: UploadConfiguration = UploadConfiguration()) {
         self.threshold = threshold
         self.sampleInterval = sampleInterval
         self.maxSamples = maxSamples
@@ -59,6 +61,8 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
         self.eventLogPath = eventLogPath
         self.eventLogMaxBytes = eventLogMaxBytes
         self.eventLogMaxFiles = eventLogMaxFiles
+        self.maxReportsPerSignaturePerHour = maxReportsPerSignaturePerHour
+        self.upload = upload
     }
 
     /// The event log path in effect: `eventLogPath`, or `events.jsonl` in the report directory.
