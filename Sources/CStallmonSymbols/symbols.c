@@ -144,7 +144,7 @@ static void expand_inlined(cstallmon_symbolizer *symbolizer, Dwarf_Die *cu, Dwar
     if (found == 0) return;
     out->inlined = symbolizer->inlined;
     out->inlined_count = found;
-    out->source_file = line > 0 ? file : NULL;
+    out->source_file = file;
     out->line = line > 0 ? line : 0;
     out->column = line > 0 ? column : 0;
 }
@@ -177,10 +177,11 @@ int cstallmon_symbolize(cstallmon_symbolizer *symbolizer, uintptr_t address, cst
         const char *file = dwarf_linesrc(line, NULL, NULL);
         dwarf_lineno(line, &line_number);
         dwarf_linecol(line, &column);
-        if (file && line_number > 0) {
+        // The file even at line 0 (compiler-generated code in a known file): the report keeps it, without a line.
+        if (file) {
             out->source_file = file;
-            out->line = line_number;
-            out->column = column;
+            out->line = line_number > 0 ? line_number : 0;
+            out->column = line_number > 0 ? column : 0;
         }
     }
     expand_inlined(symbolizer, cu, relative, out);

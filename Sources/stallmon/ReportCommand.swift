@@ -163,9 +163,7 @@ enum SummaryText {
         out += "\n" + histogram(summary.histogram) + "\n"
         let rows = summary.groups.map { group -> [String] in
             var location = group.topFrame
-            if let file = group.file, let line = group.line {
-                location += "  (\((file.split(separator: "/").last).map(String.init) ?? file):\(line))"
-            }
+            if let place = StallReport.location(file: group.file, line: group.line) { location += "  (\(place))" }
             let count = group.suppressed > 0 ? "\(group.count)+\(group.suppressed)" : String(group.count)
             return [count, ms(group.totalMs), ms(group.p50Ms), ms(group.maxMs), group.stallClass?.rawValue ?? "-",
                     group.signature.map { String($0.prefix(8)) } ?? "-", location]

@@ -103,9 +103,7 @@ enum ReportText {
             if let offset = frame.symbolOffset { name += " + \(offset)" }
             if frame.inlined == true { name += " [inlined]" }
             var line = "\(frame.inApp ? ">" : " ") #\(depth) \(frame.address)  \(name)"
-            if let file = frame.file, let number = frame.line {
-                line += "  at \(file.split(separator: "/").last.map(String.init) ?? file):\(number)"
-            }
+            if let location = StallReport.location(file: frame.file, line: frame.line) { line += "  at \(location)" }
             let module = frame.module.map { $0.split(separator: "/").last.map(String.init) ?? $0 } ?? "?"
             line += "  [\(module)\(frame.offset.map { "+" + $0 } ?? "")]"
             out += line + "\n"

@@ -38,6 +38,34 @@ struct StallAggregationTests {
         #expect(tree[0].children[0].frame == 1, "the most sampled frame represents the function")
     }
 
+    @Test func theTopFrameTakesTheMostCommonKnownLineOfItsFunction() {
+        // `spin` sampled at three instructions: the most sampled one is compiler-generated (DWARF line 0: the file,
+        // no line), the others at lines 12 (3 samples) and 14 (2).
+        func spin(_ address: UInt, line: Int?) -> StallReport.Frame {
+            StallReport.Frame(address: hex(address), image: 0, module: "/app", buildId: nil, offset: hex(address),
+                              symbol: "App.spin()", symbolOffset: 4, file: "/src/Spin.swift", line: line, inApp: true)
+        }
+        let frames = table(["main"], inApp: ["main"]) + [spin(0x2000, line: nil), spin(0x2010, line: 12),
+                                                         spin(0x2020, line: 14)]
+        var samples: [StallReport.Sample] = []
+        for (index, count) in [(1, 5), (2, 3), (3, 2)] {
+            for _ in 0..<count {
+                samples.append(.init(offsetMs: 0, status: .ok, frames: [index, 0], truncated: false, label: nil))
+            }
+        }
+        let top = StallAggregation.analyze(frames: frames, samples: samples).topFrame
+        #expect(top?.symbol == "App.spin()")
+        #expect(top?.file == "/src/Spin.swift" && top?.line == 12, "\(String(describing: top))")
+        #expect(top?.displayName == "App.spin() (Spin.swift:12)")
+
+        // No known line at all: the file is still given.
+        let lineless = table(["main"], inApp: ["main"]) + [spin(0x2000, line: nil)]
+        let only = StallAggregation.analyze(frames: lineless, samples: [.init(offsetMs: 0, status: .ok, frames: [1, 0],
+                                                                               truncated: false, label: nil)]).topFrame
+        #expect(only?.file == "/src/Spin.swift" && only?.line == nil)
+        #expect(only?.displayName == "App.spin() (Spin.swift:?)")
+    }
+
     @Test func signaturesIgnoreAddressesAndFollowInAppFunctions() {
         let names = ["libc_read", "App.fetch()", "App.handle()", "main"]
         let one = table(names, inApp: ["App.fetch()", "App.handle()", "main"])

@@ -13,9 +13,39 @@ enum StallAggregation {
         var top: StallReport.FrameSummary?
         if let hottest, let innermostInApp = hottest.frames.first(where: { frames.indices.contains($0) && frames[$0].inApp }) {
             let frame = frames[innermostInApp]
-            top = StallReport.FrameSummary(symbol: key(frame), module: frame.module, file: frame.file, line: frame.line)
+            let (file, line) = location(of: key(frame), in: evidence, frames: frames)
+            top = StallReport.FrameSummary(symbol: key(frame), module: frame.module, file: file ?? frame.file,
+                                           line: line)
         }
         return (tree, hottest, top, hottest.map { signature($0.frames, frames: frames) })
+    }
+
+    /// Where a reader should look for `function`: the known line most samples of that function are at (the hottest
+    /// stack's own address may sit on compiler-generated code, DWARF line 0), ties to the first seen; without any
+    /// known line, the file alone.
+    static func location(of function: String, in stacks: [[Int]], frames table: [StallReport.Frame])
+        -> (file: String?, line: Int?)
+    {
+        var counts: [String: (count: Int, first: Int, file: String, line: Int)] = [:]
+        var anyFile: String?
+        var seen = 0
+        for stack in stacks {
+            // Once per sample: the innermost frame of that function in it.
+            guard let index = stack.first(where: { table.indices.contains($0) && key(table[$0]) == function }) else {
+                continue
+            }
+            let frame = table[index]
+            guard let file = frame.file else { continue }
+            anyFile = anyFile ?? file
+            guard let line = frame.line else { continue }
+            let place = "\(file):\(line)"
+            counts[place, default: (0, seen, file, line)].count += 1
+            seen += 1
+        }
+        guard let best = counts.values.max(by: { ($0.count, -$0.first) < ($1.count, -$1.first) }) else {
+            return (anyFile, nil)
+        }
+        return (best.file, best.line)
     }
 
     /// The function a frame belongs to (`StallReport.Frame.functionKey`).

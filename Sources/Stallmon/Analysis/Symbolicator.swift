@@ -33,7 +33,7 @@ struct InlinedCall: Sendable, Equatable {
         guard let inlined = symbol.inlined, symbol.inlined_count > 0 else { return [] }
         return UnsafeBufferPointer(start: inlined, count: Int(symbol.inlined_count)).map { frame in
             InlinedCall(symbol: frame.function.map { Symbolicator.demangle(String(cString: $0)) },
-                        file: frame.line > 0 ? frame.source_file.map { String(cString: $0) } : nil,
+                        file: frame.source_file.map { String(cString: $0) },
                         line: frame.line > 0 ? Int(frame.line) : nil)
         }
     }
@@ -133,9 +133,9 @@ final class Symbolicator {
                 result.symbol = Symbolicator.demangle(rawName)
                 result.symbolOffset = UInt(symbol.symbol_offset)
             }
-            if let file = symbol.source_file, symbol.line > 0 {
+            if let file = symbol.source_file {
                 result.file = String(cString: file)
-                result.line = Int(symbol.line)
+                result.line = symbol.line > 0 ? Int(symbol.line) : nil  // line 0: compiler-generated, file known
             }
             result.inlined = InlinedCall.read(symbol)
         }

@@ -4,6 +4,14 @@ public struct StallReport: Codable, Sendable, Equatable {
     /// The schema this report follows; readers refuse other names and newer versions.
     public static let currentSchema = "stallmon.report/1"
 
+    /// `File.swift:42`, or `File.swift:?` when DWARF gives the file but line 0 (compiler-generated code, as
+    /// `addr2line` prints it); nil without a file.
+    public static func location(file: String?, line: Int?) -> String? {
+        guard let file else { return nil }
+        let name = file.split(separator: "/").last.map(String.init) ?? file
+        return "\(name):\(line.map(String.init) ?? "?")"
+    }
+
     public var schema: String
     /// Stable id of the stall (an interim report and its final replacement share it).
     public var id: String
@@ -219,11 +227,8 @@ public struct StallReport: Codable, Sendable, Equatable {
 
         /// `symbol (file:line)` or `symbol`.
         public var displayName: String {
-            if let file, let line {
-                let name = file.split(separator: "/").last.map(String.init) ?? file
-                return "\(symbol) (\(name):\(line))"
-            }
-            return symbol
+            guard let location = StallReport.location(file: file, line: line) else { return symbol }
+            return "\(symbol) (\(location))"
         }
 
         package init(symbol: String, module: String? = nil, file: String? = nil, line: Int? = nil) {

@@ -7,9 +7,7 @@ public enum StackText {
             guard report.frames.indices.contains(index) else { return nil }
             let frame = report.frames[index]
             var line = frame.symbol ?? "\(frame.module ?? "?")+\(frame.offset ?? "?")"
-            if let file = frame.file, let number = frame.line {
-                line += " (\(file.split(separator: "/").last.map(String.init) ?? file):\(number))"
-            }
+            if let location = StallReport.location(file: frame.file, line: frame.line) { line += " (\(location))" }
             return line
         }.joined(separator: "\n")
     }
