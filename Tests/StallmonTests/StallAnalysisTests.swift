@@ -67,6 +67,30 @@ struct StallAnalysisTests {
         #expect(reading.first?.topFrame?.symbol.contains("stallmonTestBlockingRead") == true)
     }
 
+    /// Two stalls back to back (the second block posted by the first, so the loop starts it at once): the watchdog's
+    /// first look after the first stall finds the loop already busy again. Each stall keeps its own window and
+    /// class; the first used to get `unknown` and no figures.
+    @Test(arguments: [("cpu", "cpu"), ("blocked", "blocked"), ("cpu", "blocked"), ("blocked", "cpu")])
+    func backToBackStallsEachKeepTheirOwnClass(first: String, second: String) throws {
+        @Sendable func work(_ kind: String) {
+            if kind == "cpu" { _ = stallmonTestBusySpin(milliseconds: 200) } else { stallmonTestSleep(milliseconds: 200) }
+        }
+        let (_, reports) = try stall { monitor in
+            work(first)
+            // Posted from inside the first block: runs in the very next pass, with no idle time in between.
+            let loop = monitor.loop
+            loop.perform(label: "second") { work(second) }
+        }
+        try #require(reports.count == 2, "two stalls: \(reports.map(\.durationMs))")
+        let ordered = reports.sorted { $0.start.monotonicNs < $1.start.monotonicNs }
+        for (report, kind) in zip(ordered, [first, second]) {
+            let figures = try #require(report.threadStats, "\(kind) stall has figures")
+            let expected: [StallClass] = kind == "cpu" ? [.cpu, .starved] : [.blocked]
+            #expect(expected.contains(report.stallClass ?? .unknown), "\(kind): \(String(describing: report.stallClass)) \(figures)")
+            #expect(figures.windowMs <= report.durationMs + 15, "the window ends with the stall: \(figures)")
+        }
+    }
+
     @Test func samplingInterruptsSleepsThatAreNotRetried() throws {
         // The documented cost of signal-based sampling: nanosleep is never restarted (SA_RESTART does not apply),
         // so a sleep that ignores EINTR ends early once the stall is being sampled. read(2) is restarted.

@@ -60,6 +60,9 @@ final class Watchdog: Sendable {
     private struct Current {
         var snapshot: StallSnapshot
         var lastSeenBusy: UInt64
+        /// This stall's own baseline: the shared one moves on as soon as the watchdog sees the next iteration busy,
+        /// which, for back-to-back stalls, happens before this one is finished.
+        var baseline: Baseline?
     }
 
     /// Scheduler figures of the loop thread when the watchdog first saw an iteration busy.
@@ -133,7 +136,8 @@ final class Watchdog: Sendable {
                         labelID: loop.currentLabel.id, samples: [])
                     snapshot.annotations = annotations.values(for: iteration)
                     if let capturer { snapshot.samples.append(takeSample(capturer, tid: boundThread)) }
-                    current = Current(snapshot: snapshot, lastSeenBusy: now)
+                    current = Current(snapshot: snapshot, lastSeenBusy: now,
+                                      baseline: baseline?.iteration == iteration ? baseline : nil)
                     writer.submit(.begin(snapshot))
                 case .sample:
                     if let capturer, current != nil {
@@ -153,7 +157,7 @@ final class Watchdog: Sendable {
                     snapshot.ongoing = true
                     snapshot.frozenNanoseconds = freezes.overlap(start: snapshot.since, end: now)
                     snapshot.durationNanoseconds = now - snapshot.since - snapshot.frozenNanoseconds
-                    describeThread(&snapshot, baseline: baseline, now: now, tid: boundThread)
+                    describeThread(&snapshot, baseline: current?.baseline, now: now, tid: boundThread)
                     writer.submit(.interim(snapshot))
                 case .finish(let iteration, _):
                     guard var snapshot = current?.snapshot else { break }
@@ -169,7 +173,7 @@ final class Watchdog: Sendable {
                                                                               end - snapshot.since)
                     snapshot.ongoing = false
                     snapshot.annotations.merge(annotations.values(for: iteration)) { _, new in new }
-                    describeThread(&snapshot, baseline: baseline, now: now, tid: boundThread,
+                    describeThread(&snapshot, baseline: current?.baseline, now: now, tid: boundThread,
                                    end: snapshot.durationExact ? end : nil)
                     stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
                     writer.submit(.finish(snapshot))
@@ -184,21 +188,24 @@ final class Watchdog: Sendable {
         // Stopped mid-stall: leave the evidence as an ongoing report.
         if var snapshot = current?.snapshot {
             snapshot.durationNanoseconds = cstallmon_monotonic_ns() - snapshot.since
-            describeThread(&snapshot, baseline: baseline, now: cstallmon_monotonic_ns(), tid: boundThread)
+            describeThread(&snapshot, baseline: current?.baseline, now: cstallmon_monotonic_ns(), tid: boundThread)
             writer.submit(.interim(snapshot))
         }
     }
 
     /// Fills in where the loop thread's time went since the baseline, and the class that follows.
-    /// `end` is the loop's own end of the iteration when known: the time after it, until the watchdog looked, the
-    /// loop was idle in epoll and is not part of the stall.
+    /// `end` is the loop's own end of the iteration when known: the window stops there. What the thread did after
+    /// it, until the watchdog looked (idle in epoll, or already the next iteration when two stalls run back to
+    /// back), is not this stall's; its CPU time cannot be told apart in the counters, so CPU and run delay are
+    /// capped at the window (an error of at most one watchdog poll).
     private func describeThread(_ snapshot: inout StallSnapshot, baseline: Baseline?, now: UInt64, tid: Int32,
                                 end: UInt64? = nil) {
         guard let baseline, let stats = ThreadStats.read(tid: tid), now > baseline.at else { return }
-        var wall = now - baseline.at - min(snapshot.frozenNanoseconds, now - baseline.at)
+        let windowEnd = end.map { min(max($0, baseline.at), now) } ?? now
+        var wall = windowEnd - baseline.at
+        wall -= min(snapshot.frozenNanoseconds, wall)
         let cpu = min(stats.cpuNanoseconds &- baseline.stats.cpuNanoseconds, wall)
         let delay = min(stats.runDelayNanoseconds &- baseline.stats.runDelayNanoseconds, wall - cpu)
-        if let end, now > end { wall -= min(now - end, wall - cpu - delay) }  // the idle tail was asleep time
         snapshot.threadFigures = StallReport.ThreadFigures(
             windowMs: Double(wall) / 1e6, cpuMs: Double(cpu) / 1e6, runDelayMs: Double(delay) / 1e6,
             sleepMs: Double(wall - cpu - delay) / 1e6,
