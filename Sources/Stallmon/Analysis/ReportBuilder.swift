@@ -40,7 +40,8 @@ struct ReportBuilder {
                         symbol: symbolized.symbol, symbolOffset: symbolized.symbolOffset.map { Int($0) },
                         file: symbolized.file, line: symbolized.line, inApp: symbolized.inApp)
                     let logical = StallReport.Frame.expanding(physical, inlined: symbolized.inlined,
-                                                              executable: symbolicator.executablePath)
+                                                              executable: symbolicator.executablePath,
+                                                              rules: symbolicator.inAppRules)
                     expanded = Array(frames.count..<(frames.count + logical.count))
                     frames += logical
                     frameIndices[key] = expanded

@@ -43,7 +43,7 @@ extension StallReport.Frame {
     /// The frames one address stands for: the functions inlined there, innermost first and marked `inlined`, then
     /// `physical` itself. Inlined frames share the address, module and offset of the physical one.
     static func expanding(_ physical: StallReport.Frame, inlined calls: [InlinedCall],
-                          executable: String) -> [StallReport.Frame] {
+                          executable: String, rules: InAppRules = InAppRules()) -> [StallReport.Frame] {
         calls.map { call in
             var frame = physical
             frame.symbol = call.symbol
@@ -51,7 +51,8 @@ extension StallReport.Frame {
             frame.file = call.file
             frame.line = call.line
             frame.inlined = true
-            frame.inApp = Symbolicator.isInApp(module: physical.module, symbol: call.symbol, executable: executable)
+            frame.inApp = Symbolicator.isInApp(module: physical.module, symbol: call.symbol, file: call.file,
+                                               executable: executable, rules: rules)
             return frame
         } + [physical]
     }
@@ -68,7 +69,11 @@ final class Symbolicator {
     let executablePath: String
     private var ranges: [(start: UInt, end: UInt, bias: UInt, index: Int)] = []
 
-    init() {
+    /// What counts as the service's own code.
+    let inAppRules: InAppRules
+
+    init(inAppRules: InAppRules = InAppRules()) {
+        self.inAppRules = inAppRules
         symbolizer = cstallmon_symbolizer_create_for_process(getpid(), nil)
         executablePath = Symbolicator.resolveExecutable()
         refreshImages()
@@ -139,8 +144,8 @@ final class Symbolicator {
             }
             result.inlined = InlinedCall.read(symbol)
         }
-        result.inApp = Symbolicator.isInApp(module: result.module, symbol: result.symbol,
-                                            executable: executablePath)
+        result.inApp = Symbolicator.isInApp(module: result.module, symbol: result.symbol, file: result.file,
+                                            executable: executablePath, rules: inAppRules)
         cache[lookup] = result
         return result
     }
@@ -169,13 +174,22 @@ final class Symbolicator {
     /// In-app frames are the user's code: not the C library, the Swift runtime, Foundation, Dispatch, libunwind,
     /// nor stallmon's own loop and monitor; nor standard library code the compiler inlined or specialized into the
     /// user's binary.
-    static func isInApp(module: String?, symbol: String?, executable: String) -> Bool {
+    /// The rules of `InAppRules`' documentation, in that order.
+    static func isInApp(module: String?, symbol: String?, file: String? = nil, executable: String,
+                        rules: InAppRules = InAppRules()) -> Bool {
         if let symbol {
             if ownPrefixes.contains(where: { symbol.hasPrefix($0) }) { return false }
+            if compilerEmittedPrefixes.contains(where: { symbol.hasPrefix($0) }) { return false }
             if systemSymbolPrefixes.contains(where: { symbol.hasPrefix($0) }) { return false }
             if systemSymbolPrefixes.contains(where: { symbol.contains(" of \($0)") }) { return false }  // specializations
             if ownModules.contains(where: { symbol.contains(" in \($0).") }) { return false }  // our closures
+            if let swiftModule = swiftModule(of: symbol) {
+                if rules.include.contains(swiftModule) { return true }
+                if rules.exclude.contains(swiftModule) { return false }
+            }
         }
+        if let file, checkoutDirectories.contains(where: { file.contains($0) }) { return false }
+        if file == "<compiler-generated>" { return false }  // synthesized code: $main, conformances, thunks
         guard let module else { return false }
         if module == executable { return true }
         let name = module.split(separator: "/").last.map(String.init) ?? module
@@ -184,11 +198,46 @@ final class Symbolicator {
         return true
     }
 
-    static let ownModules = ["StallmonLoop", "Stallmon"]
+    /// The Swift module a demangled name belongs to: `static App.Server.handle()` → App, `closure #1 in
+    /// App.run()` → App, `(extension in ArgumentParser):ArgumentParser.ParsableCommand.main()` → ArgumentParser.
+    /// Nil for C and C++ names.
+    static func swiftModule(of symbol: String) -> String? {
+        var rest = Substring(symbol)
+        let prefixes = ["static ", "merged ", "async function pointer to ", "implicit closure #", "closure #",
+                        "(extension in "]
+        var changed = true
+        while changed {
+            changed = false
+            for prefix in prefixes where rest.hasPrefix(prefix) {
+                rest = rest.dropFirst(prefix.count)
+                if prefix.hasSuffix("#") {
+                    guard let range = rest.range(of: " in ") else { return nil }
+                    rest = rest[range.upperBound...]
+                } else if prefix == "(extension in " {
+                    return rest.split(separator: ")").first.map(String.init)
+                }
+                changed = true
+            }
+        }
+        let name = rest.prefix { $0.isLetter || $0.isNumber || $0 == "_" }
+        guard !name.isEmpty, rest.dropFirst(name.count).first == "." else { return nil }
+        return String(name)
+    }
+
+    static let ownModules = ["StallmonLoop", "Stallmon", "StallmonReport", "StallmonUpload"]
     /// Stallmon's own code and compiler glue, which is never where the user's work is.
-    static let ownPrefixes = ["StallmonLoop.", "Stallmon.", "(extension in Stallmon)", "(extension in StallmonLoop)",
+    static let ownPrefixes = ["StallmonLoop.", "Stallmon.", "StallmonReport.", "StallmonUpload.",
+                              "(extension in Stallmon)", "(extension in StallmonLoop)", "(extension in StallmonReport)",
                               "cstallmon_", "partial apply for ", "reabstraction thunk", "thunk for ",
                               "protocol witness for ", "_start", "__libc_start"]
+    /// Code the compiler emits into every Swift binary: runtime entry points and helpers, value witnesses,
+    /// metadata accessors, outlined copies.
+    static let compilerEmittedPrefixes = ["__swift_", "swift_", "_swift_", "outlined ", "value witness for ",
+                                          "type metadata ", "lazy protocol witness table ", "metaclass for ",
+                                          "nominal type descriptor for ", "protocol conformance descriptor for ",
+                                          "associated type metadata accessor"]
+    /// Where SwiftPM and Xcode check dependencies out: code from there is a package's, not the service's.
+    static let checkoutDirectories = ["/.build/checkouts/", "/SourcePackages/checkouts/"]
     /// Modules of the Swift toolchain and C++ library whose code can land in the user's binary (inlined, or
     /// specialized as `generic specialization <…> of Swift.…`).
     static let systemSymbolPrefixes = ["Swift.", "(extension in Swift)", "_Concurrency.", "Foundation.",

@@ -32,6 +32,8 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     /// (a `stall.end` line with `suppressed`, and `suppressedBefore` in the next report). Key
     /// `max_reports_per_signature_per_hour`, default 30.
     public var maxReportsPerSignaturePerHour: Int
+    /// Which frames are the service's own code (keys `in_app_include`, `in_app_exclude`: Swift module names).
+    public var inApp: InAppRules
     /// Spooling and upload of reports (keys `spool`, `upload_*`, `spool_*`, `service_name`); off by default.
     public var upload: UploadConfiguration
 
@@ -49,6 +51,7 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
                 eventLogMaxBytes: Int = 10 << 20,
                 eventLogMaxFiles: Int = 3,
                 maxReportsPerSignaturePerHour: Int = 30,
+                inApp: InAppRules = InAppRules(),
                 upload: UploadConfiguration = UploadConfiguration()) {
         self.threshold = threshold
         self.sampleInterval = sampleInterval
@@ -62,6 +65,7 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
         self.eventLogMaxBytes = eventLogMaxBytes
         self.eventLogMaxFiles = eventLogMaxFiles
         self.maxReportsPerSignaturePerHour = maxReportsPerSignaturePerHour
+        self.inApp = inApp
         self.upload = upload
     }
 

@@ -103,15 +103,18 @@ final class ReportWriter: Sendable {
         var limiter: SignatureRateLimiter
 
         init(configuration: StallMonitorConfiguration) {
+            inAppRules = configuration.inApp
             limiter = SignatureRateLimiter(limit: configuration.maxReportsPerSignaturePerHour,
                                            window: 3600 * 1_000_000_000)
             eventLog = EventLog(path: configuration.resolvedEventLogPath, maxBytes: configuration.eventLogMaxBytes,
                                 maxFiles: configuration.eventLogMaxFiles)
         }
 
+        let inAppRules: InAppRules
+
         mutating func reportBuilder() -> ReportBuilder {
             if let builder { return builder }
-            let made = ReportBuilder(symbolicator: Symbolicator())
+            let made = ReportBuilder(symbolicator: Symbolicator(inAppRules: inAppRules))
             builder = made
             return made
         }
