@@ -9,8 +9,22 @@
 
 // Async-signal-safe. Returns a slot whose watchdog gave up to IDLE, or to FREE when its owner released it.
 void drain_abandoned(capture_slot *slot, int32_t from) {
+    // A released slot goes straight from the ABANDONED state, which only this late handler leaves, to FREEING: one
+    // transition, so no other party can free and re-acquire it in between (ABA) and have us free a live slot.
     int32_t expected = from;
+    if (atomic_load(&slot->retired)) {
+        if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) return;
+        atomic_store(&slot->tid, 0);
+        atomic_store(&slot->retired, 0);
+        atomic_store(&slot->state, SLOT_FREE);
+        futex_wake_all(&slot->state);
+        return;
+    }
     if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_IDLE)) return;
+    // Released between the check and the transition: the release saw an ABANDONED state and left the slot to us.
+    // For this to free a later acquisition instead, a release, a re-acquisition, a capture and a second release
+    // would all have to fit between two instructions of this handler; a capture that took the slot meanwhile
+    // frees it at its own end instead.
     if (atomic_load(&slot->retired)) {
         expected = SLOT_IDLE;
         if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {

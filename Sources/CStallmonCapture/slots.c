@@ -65,6 +65,15 @@ void cstallmon_slot_release(int index) {
     pthread_mutex_unlock(&g_state.mutex);
 }
 
+int cstallmon_slot_is_free(int index) {
+    if (index < 0 || index >= CSTALLMON_MAX_SLOTS) return 0;
+    return atomic_load(&g_state.slots[index].state) == SLOT_FREE;
+}
+
+static void (*_Atomic g_test_hook_after_capture)(int);
+
+void cstallmon_set_test_hook_after_capture(void (*hook)(int)) { atomic_store(&g_test_hook_after_capture, hook); }
+
 // MARK: - Capture (the waiting side; NOT async-signal-safe, bounded)
 
 void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_t timeout_ns,
@@ -148,7 +157,29 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
     } else {
         result->status = CSTALLMON_CAPTURE_OK;
     }
-    atomic_store(&slot->state, SLOT_IDLE);
+    void (*hook)(int) = atomic_load(&g_test_hook_after_capture);
+    if (hook) hook(index);
+    // Released by its owner while we captured (the release found the slot busy and left it to us): return it to
+    // FREE now, or it would stay IDLE and retired forever, a leaked slot.
+    if (atomic_load(&slot->retired)) {
+        expected = SLOT_DONE;
+        if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
+            atomic_store(&slot->tid, 0);
+            atomic_store(&slot->retired, 0);
+            atomic_store(&slot->state, SLOT_FREE);
+            return;
+        }
+    }
+    expected = SLOT_DONE;
+    if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_IDLE) && atomic_load(&slot->retired)) {
+        // The release landed between the check above and this store: it saw DONE and left the slot to us.
+        expected = SLOT_IDLE;
+        if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
+            atomic_store(&slot->tid, 0);
+            atomic_store(&slot->retired, 0);
+            atomic_store(&slot->state, SLOT_FREE);
+        }
+    }
 }
 
 int cstallmon_warm_up(int index) {

@@ -125,6 +125,37 @@ struct StackCaptureTests {
         cstallmon_slot_release(slot)
     }
 
+    /// A release while the watchdog is mid-capture (here: right after the handler finished, through the test hook)
+    /// used to leave the slot IDLE and retired forever: leaked, since only FREE slots are acquired.
+    @Test func aSlotReleasedDuringACaptureIsFreedNotLeaked() throws {
+        let number = try Self.installDefaultSignal()
+        defer { cstallmon_release() }
+        let tid = Atomic<Int32>(0)
+        let stop = Atomic<Bool>(false)
+        Thread.detachNewThread {
+            var set = sigset_t()  // a test runner's threads may inherit a mask that blocks it
+            sigemptyset(&set)
+            sigaddset(&set, number)
+            pthread_sigmask(SIG_UNBLOCK, &set, nil)
+            tid.store(cstallmon_gettid(), ordering: .releasing)
+            while !stop.load(ordering: .relaxed) { usleep(1000) }
+        }
+        defer { stop.store(true, ordering: .relaxed) }
+        while tid.load(ordering: .acquiring) == 0 { usleep(1000) }
+        let slot = cstallmon_slot_acquire(tid.load(ordering: .acquiring))
+        try #require(slot >= 0)
+        cstallmon_set_test_hook_after_capture { index in cstallmon_slot_release(index) }
+        defer { cstallmon_set_test_hook_after_capture(nil) }
+        let capturer = StackCapturer(slot: slot, maxFrames: 64, timeout: .milliseconds(500))
+        let sample = capturer.capture(labelID: 0)
+        #expect(sample.status == .ok)
+        #expect(cstallmon_slot_is_free(slot) == 1, "released mid-capture: back to FREE, not leaked")
+        // And it is usable again.
+        let again = cstallmon_slot_acquire(tid.load(ordering: .acquiring))
+        #expect(again >= 0)
+        cstallmon_slot_release(again)
+    }
+
     @Test func framesStartAtTheInterruptedFunctionWithoutHandlerFrames() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "frames")

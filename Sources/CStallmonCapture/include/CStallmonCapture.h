@@ -95,6 +95,14 @@ void cstallmon_slot_release(int slot);
 void cstallmon_capture(int slot, uintptr_t *frames, uint32_t max_frames, int64_t timeout_ns,
                        cstallmon_capture_result *result);
 
+/// 1 while `slot` is free (not assigned to any thread), 0 otherwise; for tests and diagnostics.
+/// Async-signal-safe (one atomic load).
+int cstallmon_slot_is_free(int slot);
+
+/// Tests only: `hook(slot)` is called by cstallmon_capture after it has collected a finished capture and before it
+/// hands the slot back, to put a release exactly there. NULL (the default) in production. NOT async-signal-safe.
+void cstallmon_set_test_hook_after_capture(void (*hook)(int slot));
+
 /// Unblocks the sampling signal on the calling thread (a mask inherited from the thread's creator must not hide it),
 /// then captures the thread's own stack through the same handler, so that libunwind's caches, lazy binding and
 /// per-thread state are warmed up before the first real capture. Call once on each monitored thread at start.

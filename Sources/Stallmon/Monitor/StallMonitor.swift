@@ -125,13 +125,9 @@ public final class StallMonitor: Sendable {
             loop.perform(label: "stallmon.bind") { [binding] in StallMonitor.bindCurrentThread(binding) }
         }
         // The directory exists from the start, so `stallmon report DIR` says "No stalls recorded" for a service that
-        // never stalled rather than "no such directory". A failure here is logged; writes retry it later.
-        do {
-            try AtomicFile.createDirectory(configuration.reportDirectory)
-        } catch {
-            logger.error("stallmon: cannot create the report directory; reports will be dropped until it can be",
-                         metadata: ["directory": "\(configuration.reportDirectory)", "error": "\(error)"])
-        }
+        // never stalled rather than "no such directory". A failure is not logged here: every write retries it, and
+        // the writer logs it once, with the reports it drops.
+        try? AtomicFile.createDirectory(configuration.reportDirectory)
         for sink in sinks { sink.start() }
         writer.start()
         if !watchdog.start() {

@@ -61,6 +61,10 @@ final class LoopProbe: Sendable {
     private func beginIteration(at now: UInt64) {
         // Only the loop thread writes `sequence`, so a plain release store does (no locked read-modify-write).
         let current = sequence.load(ordering: .relaxed)
+        // Seqlock writer: `busySince` is written while `sequence` is even, so the previous odd → even store must be
+        // visible before it, or a reader on a weakly ordered CPU could pair the old odd sequence with this new
+        // start. A release fence pairs with the reader's acquire fence; on x86 it is only a compiler barrier.
+        atomicMemoryFence(ordering: .releasing)
         busySince.store(now, ordering: .relaxed)
         sequence.store(current &+ 1, ordering: .releasing)  // even → odd
     }
