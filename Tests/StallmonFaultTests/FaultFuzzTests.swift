@@ -299,9 +299,9 @@ struct FaultMutator {
 
 // MARK: - Known crash bugs
 
-/// Inputs that crashed the process through bugs these fuzzers found (now fixed; see the regression regression tests below and
-/// the final report). The fuzzers do not feed them in-process, since one trap ends the whole test run; they count
-/// them instead. Once the bugs are fixed, set `skip` to false.
+/// Inputs that crashed the process through bugs these fuzzers found, all fixed (see the regression tests below).
+/// The fuzzers feed them like any other input (`skip` is false) and count them; `skip = true` would leave them out,
+/// for a bug found again, since one trap ends the whole test run.
 enum FaultKnownCrashes {
     static let skip = false
 
@@ -424,7 +424,7 @@ extension FaultTests {
                 + "\(decoded) decoded (\(consumed) also fed to summary/profile/aggregation/upload), rejected: "
                 + reasons.sorted { $0.value > $1.value }.map { "\($0.key.trimmingWhitespace()) \($0.value)" }
                     .joined(separator: ", ")
-                + "; known crash inputs not fed: \(skipped)")
+                + "; \(FaultKnownCrashes.skip ? "known crash inputs not fed" : "inputs of fixed crashes (fed)"): \(skipped)")
             #expect(decoded > 100 && decoded < Self.reportMutations, "the mutations reach both outcomes")
         }
 
@@ -526,7 +526,7 @@ extension FaultTests {
                 }
             }
             print("Fault fuzz config files: \(Self.configMutations) mutations; \(parsed) parsed, \(loaded) loaded, "
-                + "\(errors) load errors; known crash inputs not fed: \(skipped)")
+                + "\(errors) load errors; \(FaultKnownCrashes.skip ? "known crash inputs not fed" : "inputs of fixed crashes (fed)"): \(skipped)")
             #expect(loaded > 50 && errors > 50, "the mutations reach both outcomes")
         }
 
@@ -572,14 +572,13 @@ extension FaultTests {
                 }
             }
             print("Fault fuzz config environment: \(Self.environmentMutations) mutations; \(loaded) loaded, "
-                + "\(errors) errors; known crash inputs not fed: \(skipped)")
+                + "\(errors) errors; \(FaultKnownCrashes.skip ? "known crash inputs not fed" : "inputs of fixed crashes (fed)"): \(skipped)")
             #expect(loaded > 20 && errors > 20, "the mutations reach both outcomes")
         }
     }
 
-    /// Minimized inputs of the crashes the fuzzers found. Each asserts the correct behaviour (a typed error, or a
-    /// value handled without trapping) and is disabled until its bug is fixed: today each traps and would end the
-    /// whole test process.
+    /// Minimized inputs of the crashes the fuzzers found, kept as regression tests. Each asserts the correct
+    /// behaviour (a typed error, or a value handled without trapping); all run (the bugs are fixed).
     @Suite("Fault: fuzz crash regressions", .serialized)
     struct FaultFuzzRegressionTests {
         static func load(_ text: String) -> Result<StallMonitorConfiguration, ConfigurationError> {
