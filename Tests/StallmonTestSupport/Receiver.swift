@@ -22,6 +22,8 @@ public final class Receiver: @unchecked Sendable {
         public var authorization: String?
         public var custom: String?
         public var resources: [[String: AnyJSON]]?
+        /// Per log record: its attributes as opentelemetry-proto's MessageToDict gives them (`{"stringValue": …}`).
+        public var records: [[String: AnyJSON]]?
     }
 
     /// Starts receiver.py with a JSON `plan` of per-request behaviours (see the script).

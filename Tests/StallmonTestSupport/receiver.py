@@ -31,17 +31,18 @@ def parse(path, body):
     if path.endswith("/v1/logs"):
         request = ExportLogsServiceRequest()
         json_format.Parse(body.decode("utf-8"), request)
-        ids, resources = [], []
+        ids, resources, records = [], [], []
         for resource_logs in request.resource_logs:
             resources.append({a.key: json_format.MessageToDict(a.value) for a in resource_logs.resource.attributes})
             for scope_logs in resource_logs.scope_logs:
                 for record in scope_logs.log_records:
                     attributes = {a.key: a.value for a in record.attributes}
                     ids.append(attributes["stallmon.report.id"].string_value)
+                    records.append({key: json_format.MessageToDict(value) for key, value in attributes.items()})
                     assert record.time_unix_nano > 0 and record.severity_number == 13
                     assert attributes["stallmon.stall.duration_ms"].double_value > 0
-        return ids, resources
-    return [json.loads(line)["id"] for line in body.decode("utf-8").splitlines() if line.strip()], []
+        return ids, resources, records
+    return [json.loads(line)["id"] for line in body.decode("utf-8").splitlines() if line.strip()], [], []
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -64,7 +65,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             body = gzip.decompress(raw) if self.headers.get("Content-Encoding") == "gzip" else raw
             if not args.no_parse:
-                entry["ids"], entry["resources"] = parse(self.path, body)
+                entry["ids"], entry["resources"], entry["records"] = parse(self.path, body)
         except Exception as error:  # a payload the official parser refuses
             entry["parse_error"] = repr(error)
             behaviour = {"status": 400, "body": "unparseable: " + repr(error)}

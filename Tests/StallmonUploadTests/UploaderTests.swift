@@ -37,6 +37,32 @@ struct UploaderTests {
         #expect(resource["host.name"] == .object(["stringValue": .string("host-a")]))
     }
 
+    /// A collector can group and explain stalls as `stallmon report` does: the record carries the hottest stack (not
+    /// the most common exact one), the signature, the class and the thread's CPU figures. Decoded with the official
+    /// opentelemetry-proto.
+    @Test func otlpRecordsCarrySignatureClassAndTheHottestStack() throws {
+        let receiver = try Receiver()
+        let directory = makeTemporaryDirectory()
+        var report = sampleReport(durationMs: 321)
+        report.signature = "0123456789abcdef"
+        report.stallClass = .blocked
+        report.threadStats = .init(windowMs: 300, cpuMs: 12.5, runDelayMs: 0.5, sleepMs: 287, voluntarySwitches: 3,
+                                   involuntarySwitches: 1)
+        report.hottestStack = HottestStack(frames: [1], samples: 2, of: 2)  // differs from the common [0, 1]
+        let path = directory + "/stall-20261122T010203.456Z-\(report.id.prefix(8)).json"
+        try AtomicFile.write(Array(try JSONEncoder().encode(report)), to: path)
+        try Spool(reportDirectory: directory).enqueue(reportPath: path)
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory),
+                                    configuration: testUploadConfiguration(receiver.baseURL), logger: Logger(label: "t"))
+        #expect(uploader.flush(deadline: .seconds(10)).delivered == 1)
+        let record = try #require(receiver.requests.first?.records?.first)
+        #expect(record["stallmon.stall.signature"] == .object(["stringValue": .string("0123456789abcdef")]))
+        #expect(record["stallmon.stall.class"] == .object(["stringValue": .string("blocked")]))
+        #expect(record["stallmon.thread.cpu_ms"] == .object(["doubleValue": .number(12.5)]))
+        #expect(record["stallmon.thread.sleep_ms"] == .object(["doubleValue": .number(287)]))
+        #expect(record["stallmon.stall.stack"] == .object(["stringValue": .string("main")]), "the hottest stack")
+    }
+
     @Test func ndjsonSendsOneReportPerLine() throws {
         let receiver = try Receiver()
         let directory = makeTemporaryDirectory()

@@ -3,7 +3,18 @@ public enum StackText {
     /// The stack most samples share, one frame per line: `symbol (file:line)` or `module+offset`.
     public static func mostCommonStack(_ report: StallReport) -> String {
         guard let best = report.mostCommonStack()?.frames else { return "" }
-        return best.compactMap { index -> String? in
+        return text(best, in: report)
+    }
+
+    /// The report's hottest stack (the path most samples share, as `stallmon show` prints it), one frame per line;
+    /// the most common exact stack for reports without one.
+    public static func hottestStack(_ report: StallReport) -> String {
+        guard let frames = report.hottestStack?.frames, !frames.isEmpty else { return mostCommonStack(report) }
+        return text(frames, in: report)
+    }
+
+    static func text(_ indices: [Int], in report: StallReport) -> String {
+        indices.compactMap { index -> String? in
             guard report.frames.indices.contains(index) else { return nil }
             let frame = report.frames[index]
             var line = frame.symbol ?? "\(frame.module ?? "?")+\(frame.offset ?? "?")"

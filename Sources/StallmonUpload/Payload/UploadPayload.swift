@@ -139,8 +139,20 @@ enum OTLP {
             if let file = frame.file { attributes.append(KeyValue(key: "code.file.path", value: .string(file))) }
             if let line = frame.line { attributes.append(KeyValue(key: "code.line.number", value: .int(line))) }
         }
-        let stack = StackText.mostCommonStack(report)
+        // What the report and `stallmon show` lead with: the hottest stack, so a collector groups as `report` does.
+        let stack = StackText.hottestStack(report)
         if !stack.isEmpty { attributes.append(KeyValue(key: "stallmon.stall.stack", value: .string(stack))) }
+        if let signature = report.signature {
+            attributes.append(KeyValue(key: "stallmon.stall.signature", value: .string(signature)))
+        }
+        if let stallClass = report.stallClass {
+            attributes.append(KeyValue(key: "stallmon.stall.class", value: .string(stallClass.rawValue)))
+        }
+        if let figures = report.threadStats {
+            attributes.append(KeyValue(key: "stallmon.thread.cpu_ms", value: .double(figures.cpuMs)))
+            attributes.append(KeyValue(key: "stallmon.thread.run_delay_ms", value: .double(figures.runDelayMs)))
+            attributes.append(KeyValue(key: "stallmon.thread.sleep_ms", value: .double(figures.sleepMs)))
+        }
         let start = dates.nanoseconds(report.start.wall)
         let body = "loop \"\(report.loop)\" stalled \(String(format: "%.1f", report.durationMs)) ms"
             + (report.ongoing ? " (ongoing)" : "") + " in \(top)"
