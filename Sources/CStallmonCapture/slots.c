@@ -101,6 +101,16 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
         result->status = CSTALLMON_CAPTURE_NOT_READY;
         return;
     }
+    // Someone (a library, a crash reporter) may have replaced our handler, e.g. with SIG_DFL, whose action for a
+    // real-time signal is to terminate the process. Never send it then: one sigaction call, on the watchdog.
+    struct sigaction current;
+    if (sigaction(signal_number, NULL, &current) != 0 || !(current.sa_flags & SA_SIGINFO) ||
+        current.sa_sigaction != sampling_handler) {
+        result->status = CSTALLMON_CAPTURE_SIGNAL_FAILED;
+        result->error_number = EPERM;
+        result->handler_replaced = 1;
+        return;
+    }
     slot->max_frames = max_frames < CSTALLMON_MAX_FRAMES ? max_frames : CSTALLMON_MAX_FRAMES;
     int32_t expected = SLOT_IDLE;
     if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_REQUESTED)) {

@@ -120,6 +120,7 @@ struct PackageProductsTests {
             )
             """)
         try scratch.write("Sources/CoreOnly/main.swift", """
+            import Glibc
             import Stallmon
             import StallmonLoop
 
@@ -131,13 +132,20 @@ struct PackageProductsTests {
             }
 
             let loop = try Looper(name: "core-only")
-            let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                            reportDirectory: CommandLine.arguments[1]))
+            let configuration = StallMonitorConfiguration(threshold: .milliseconds(50),
+                                                          reportDirectory: CommandLine.arguments[1])
+            let monitor = try StallMonitor(loop: loop, configuration: configuration)
             monitor.start()
             loop.perform(label: "spin") { _ = coreOnlySpin(milliseconds: 150) }
             loop.run(for: .milliseconds(700))
-            monitor.stop()
             print("reports written: \\(monitor.statistics.reportsWritten)")
+            // Someone replaces the sampling signal's handler with SIG_DFL (for a real-time signal: terminate the
+            // process). The next stall must be timed and reported, and the signal never sent.
+            _ = signal(try configuration.signal.resolve(), SIG_DFL)
+            loop.perform(label: "spin-after-replacement") { _ = coreOnlySpin(milliseconds: 150) }
+            loop.run(for: .milliseconds(700))
+            monitor.stop()
+            print("after replacement: \\(monitor.statistics.reportsWritten) reports, alive")
             """)
         // The README's Swift snippets compile as written (each in a function of its own, its imports on top).
         let snippets = try Self.readmeSwiftSnippets()
@@ -162,7 +170,9 @@ struct PackageProductsTests {
         let runOutput = (try? String(contentsOfFile: runLog, encoding: .utf8)) ?? ""
         #expect(run == 0, "\(runOutput)")
         #expect(runOutput.contains("reports written: 1"), "\(runOutput)")
+        #expect(runOutput.contains("after replacement: 2 reports, alive"), "not killed by its own signal: \(runOutput)")
+        #expect(runOutput.contains("handler was replaced"), "logged: \(runOutput)")
         let names = (try? FileManager.default.contentsOfDirectory(atPath: reports)) ?? []
-        #expect(names.contains { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }, "\(names)")
+        #expect(names.filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }.count == 2, "\(names)")
     }
 }

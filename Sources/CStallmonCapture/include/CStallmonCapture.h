@@ -51,6 +51,8 @@ typedef struct {
     int32_t error_number;        ///< errno or libunwind error for SIGNAL_FAILED / UNWIND_FAILED
     uint32_t frame_count;        ///< frames written to the caller's buffer
     uint32_t truncated;          ///< 1 when the stack was deeper than the buffer
+    uint32_t handler_replaced;   ///< 1 when the signal's handler is no longer ours: nothing was sent (SIGNAL_FAILED)
+    uint32_t reserved;
     uint64_t signal_sent_ns;     ///< just before tgkill
     uint64_t handler_entered_ns; ///< first instruction of the handler's work on the target thread
     uint64_t handler_done_ns;    ///< the handler published its frames

@@ -27,6 +27,8 @@ struct RawSample: Sendable {
     var labelID: UInt32
     /// The thread's /proc state letter read just before the signal.
     var threadState: Character? = nil
+    /// The sampling signal's handler is no longer stallmon's: nothing was sent (status `signalFailed`).
+    var handlerReplaced = false
 }
 
 /// The watchdog's handle on one capture slot. Not thread-safe: one watchdog owns it.
@@ -54,7 +56,10 @@ final class StackCapturer {
         let frames = Array(UnsafeBufferPointer(start: buffer, count: Int(result.frame_count)))
         let pause = result.handler_done_ns > result.signal_sent_ns ? result.handler_done_ns - result.signal_sent_ns : 0
         let capturedAt = result.handler_entered_ns != 0 ? result.handler_entered_ns : cstallmon_monotonic_ns()
-        return RawSample(capturedAt: capturedAt, status: status, frames: frames, truncated: result.truncated != 0,
-                         pauseNanoseconds: status == .ok ? pause : 0, labelID: labelID)
+        var sample = RawSample(capturedAt: capturedAt, status: status, frames: frames,
+                               truncated: result.truncated != 0, pauseNanoseconds: status == .ok ? pause : 0,
+                               labelID: labelID)
+        sample.handlerReplaced = result.handler_replaced != 0
+        return sample
     }
 }

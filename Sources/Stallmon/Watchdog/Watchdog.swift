@@ -86,6 +86,7 @@ final class Watchdog: Sendable {
         var current: Current?
         var baseline: Baseline?
         var warnedAboutBlockedSignal = false
+        var warnedAboutReplacedHandler = false
         var expectedWake: UInt64?
         var runDelayBeforeSleep = ThreadStats.ownRunDelay() ?? 0
 
@@ -143,7 +144,11 @@ final class Watchdog: Sendable {
                     if let capturer, current != nil {
                         let sample = takeSample(capturer, tid: boundThread)
                         current?.snapshot.samples.append(sample)
-                        if sample.status != .ok && !warnedAboutBlockedSignal
+                        if sample.handlerReplaced && !warnedAboutReplacedHandler {
+                            warnedAboutReplacedHandler = true
+                            logger.error("stallmon: the sampling signal's handler was replaced by someone else; stalls are still timed, but no stack is captured and the signal is never sent", metadata: ["loop": "\(loop.name)", "signal": "\(configuration.signal)"])
+                        }
+                        if sample.status != .ok && !sample.handlerReplaced && !warnedAboutBlockedSignal
                             && cstallmon_thread_blocks_signal(boundThread, cstallmon_installed_signal()) == 1
                         {
                             warnedAboutBlockedSignal = true
