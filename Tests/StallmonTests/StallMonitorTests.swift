@@ -56,6 +56,40 @@ struct StallMonitorBehaviourTests {
         #expect(try ReportReader.scan(directory: directory).reports.isEmpty)
     }
 
+    /// Start/stop races with the bind on the loop thread (the posted stallmon.bind, or entry) must never leak a
+    /// capture slot or release one twice: 1,000 monitors started and stopped on a busy, running loop, then one more
+    /// that must still get stacks (64 slots: any leak rate above ~6 % would leave it none).
+    @Test func aThousandStartStopCyclesOnABusyLoopLeakNoSlot() throws {
+        let directory = makeTemporaryDirectory()
+        let loop = try Looper(name: "churn")
+        let busy = Atomic<Bool>(true)
+        @Sendable func keepBusy() {
+            guard busy.load(ordering: .relaxed) else { return }
+            loop.perform(label: "busy") { usleep(50); keepBusy() }
+        }
+        keepBusy()
+        let thread = runOnThread(loop, for: .seconds(120))
+        defer { busy.store(false, ordering: .relaxed); loop.stop(); _ = thread }
+        #expect(eventually { loop.isRunning })
+        let configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        for cycle in 0..<1000 {
+            let monitor = try StallMonitor(loop: loop, configuration: configuration)
+            monitor.start()
+            if cycle % 3 == 0 { usleep(200) }  // sometimes after the bind, sometimes racing it
+            monitor.stop()
+        }
+        let monitor = try StallMonitor(loop: loop, configuration: configuration)
+        monitor.start()
+        #expect(eventually(timeout: .seconds(2)) { monitor.statistics.reportsWritten >= 0 })
+        usleep(20_000)
+        loop.perform(label: "spin") { _ = stallmonTestBusySpin(milliseconds: 150) }
+        #expect(eventually(timeout: .seconds(5)) { monitor.statistics.reportsWritten == 1 })
+        monitor.stop()
+        let report = try #require(readReports(directory).first)
+        #expect(report.samples.contains { $0.status == .ok && !$0.frames.isEmpty },
+                "stacks still captured: \(report.samples.map(\.status))")
+    }
+
     @Test func aLoopIdleInEpollForSecondsProducesNoReport() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "idle")

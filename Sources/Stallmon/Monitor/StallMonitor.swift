@@ -151,7 +151,9 @@ public final class StallMonitor: Sendable {
         watchdog.stop()
         writer.stop()
         for sink in sinks { sink.stop(deadline: .seconds(2)) }  // e.g. one last flush of what was just spooled
-        if let bound = binding.clear() { cstallmon_slot_release(bound.slot) }
+        // Closed for good: a bind already running on the loop thread (entry, or the posted stallmon.bind) either
+        // lands before this and its slot is released here, or sees the binding closed and releases its own.
+        if let bound = binding.close(), bound.slot >= 0 { cstallmon_slot_release(bound.slot) }
         if signalHeld.exchange(false, ordering: .relaxed) { cstallmon_release() }
     }
 
@@ -173,12 +175,12 @@ public final class StallMonitor: Sendable {
         let tid = cstallmon_gettid()
         if let bound = binding.load(), bound.tid == tid { return }
         let slot = cstallmon_slot_acquire(tid)
-        guard slot >= 0 else {
-            binding.store(tid: tid, slot: -1, warmUpStatus: Int32(CSTALLMON_CAPTURE_NOT_READY.rawValue))
-            return
+        let status = slot >= 0 ? cstallmon_warm_up(slot) : Int32(CSTALLMON_CAPTURE_NOT_READY.rawValue)
+        let (accepted, previous) = binding.replace(tid: tid, slot: slot, warmUpStatus: Int32(status))
+        if !accepted {
+            if slot >= 0 { cstallmon_slot_release(slot) }  // the monitor stopped while we bound
+        } else if let previous, previous.slot >= 0 {
+            cstallmon_slot_release(previous.slot)
         }
-        let status = cstallmon_warm_up(slot)
-        if let previous = binding.load(), previous.slot >= 0 { cstallmon_slot_release(previous.slot) }
-        binding.store(tid: tid, slot: slot, warmUpStatus: Int32(status))
     }
 }
