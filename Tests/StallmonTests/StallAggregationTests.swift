@@ -79,6 +79,27 @@ struct StallAggregationTests {
         #expect(StallAggregation.signature([0, 1, 2, 3], frames: one).count == 16)
     }
 
+    /// Idleness needs no symbols: a sample whose handler ran after the loop's own end of the iteration is idle even
+    /// when its addresses name nothing (a stripped binary); one taken before the end is evidence.
+    @Test func samplesAfterTheIterationsEndAreIdleWithoutSymbols() {
+        let unknown: [UInt] = [0x10, 0x20, 0x30]  // addresses no image contains
+        func sample(at time: UInt64) -> RawSample {
+            RawSample(capturedAt: time, status: .ok, frames: unknown, truncated: false, pauseNanoseconds: 1000,
+                      labelID: 0)
+        }
+        let snapshot = StallSnapshot(id: "x", loopName: "main", threadID: 1, thresholdNanoseconds: 50_000_000,
+                                     since: 1_000_000_000, sinceWall: 1_700_000_000_000_000_000,
+                                     durationNanoseconds: 200_000_000, durationExact: true, ongoing: false,
+                                     elapsedAtDetection: 50_000_000, labelID: 0,
+                                     samples: [sample(at: 1_100_000_000), sample(at: 1_250_000_000)])
+        let report = ReportBuilder(symbolicator: Symbolicator()).build(snapshot)
+        #expect(report.samples.map { $0.idle == true } == [false, true])
+        #expect(ReportBuilder.capturedAfterEnd(sample(at: 1_200_000_001), snapshot))
+        var ongoing = snapshot
+        ongoing.ongoing = true
+        #expect(!ReportBuilder.capturedAfterEnd(sample(at: 1_250_000_000), ongoing), "no end yet")
+    }
+
     @Test func samplesOfTheLoopWaitingInEpollAreNotEvidence() {
         let frames = table(["epoll_pwait2", "cstallmon_epoll_wait",
                             "StallmonLoop.Looper.(waitForEvents in _ABC)(timeoutNanoseconds: Swift.Int64) -> Swift.Int"])

@@ -62,7 +62,10 @@ struct ReportBuilder {
             }
             if sample.status == .ok { pauses.append(sample.pauseNanoseconds) }
             let offset = sample.capturedAt > snapshot.since ? sample.capturedAt - snapshot.since : 0
-            let idle = sample.status == .ok && StallAggregation.isIdle(indices, in: frames)
+            // Idle: taken after the loop's own end of the iteration (exact, needs no symbols, so it works on a stripped
+            // binary), or, for a stall without an exact end, a stack of the loop waiting in epoll.
+            let idle = sample.status == .ok
+                && (Self.capturedAfterEnd(sample, snapshot) || StallAggregation.isIdle(indices, in: frames))
             samples.append(StallReport.Sample(
                 offsetMs: Double(offset) / 1e6, status: sample.status, frames: indices, truncated: sample.truncated,
                 label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name,
@@ -96,6 +99,14 @@ struct ReportBuilder {
             frozenMs: snapshot.frozenNanoseconds > 0 ? Double(snapshot.frozenNanoseconds) / 1e6 : nil,
             signature: analysis.signature,
             hottestStack: hottest, callTree: tree, annotations: snapshot.annotations.isEmpty ? nil : snapshot.annotations)
+    }
+
+    /// The handler ran after the iteration had ended by the loop's own clock (same CLOCK_MONOTONIC): the loop was
+    /// already back in its wait when the signal arrived.
+    static func capturedAfterEnd(_ sample: RawSample, _ snapshot: StallSnapshot) -> Bool {
+        guard snapshot.durationExact, !snapshot.ongoing else { return false }
+        let end = snapshot.since &+ snapshot.durationNanoseconds &+ snapshot.frozenNanoseconds
+        return sample.capturedAt > end
     }
 
     private struct FrameKey: Hashable {
