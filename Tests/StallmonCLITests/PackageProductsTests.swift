@@ -146,6 +146,21 @@ struct PackageProductsTests {
             loop.run(for: .milliseconds(700))
             monitor.stop()
             print("after replacement: \\(monitor.statistics.reportsWritten) reports, alive")
+
+            // Descriptors exhausted: creating a monitor fails with a clear error instead of a writer that never wakes.
+            var limits = rlimit()
+            _ = getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limits)
+            var low = rlimit(rlim_cur: 128, rlim_max: limits.rlim_max)
+            _ = setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &low)
+            var fillers: [Int32] = []
+            while case let fd = open("/dev/null", O_RDONLY), fd >= 0 { fillers.append(fd) }
+            do {
+                _ = try StallMonitor(loop: loop, configuration: configuration)
+                print("no descriptors: created anyway")
+            } catch {
+                print("no descriptors: \\(error)")
+            }
+            for fd in fillers { close(fd) }
             """)
         // The README's Swift snippets compile as written (each in a function of its own, its imports on top).
         let snippets = try Self.readmeSwiftSnippets()
@@ -172,6 +187,7 @@ struct PackageProductsTests {
         #expect(runOutput.contains("reports written: 1"), "\(runOutput)")
         #expect(runOutput.contains("after replacement: 2 reports, alive"), "not killed by its own signal: \(runOutput)")
         #expect(runOutput.contains("handler was replaced"), "logged: \(runOutput)")
+        #expect(runOutput.contains("no descriptors: cannot create the monitor's wake-up eventfd"), "\(runOutput)")
         let names = (try? FileManager.default.contentsOfDirectory(atPath: reports)) ?? []
         #expect(names.filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }.count == 2, "\(names)")
     }

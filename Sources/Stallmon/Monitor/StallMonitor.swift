@@ -90,6 +90,11 @@ public final class StallMonitor: Sendable {
                               sinks: sinks)
         watchdog = Watchdog(probe: probe, binding: binding, loop: loop, configuration: configuration,
                             writer: writer, counters: counters, annotations: annotations, logger: logger)
+        if let failure = watchdog.setupError ?? writer.setupError {
+            cstallmon_release()
+            signalHeld.store(false, ordering: .relaxed)
+            throw StallMonitorError(description: "cannot create the monitor's wake-up eventfd: \(failure)")
+        }
     }
 
     deinit {

@@ -25,6 +25,8 @@ final class ReportWriter: Sendable {
     private let counters: MonitorCounters
     private let queue = Mutex<(messages: [Message], stopping: Bool)>(([], false))
     private let wakeSignal = WakeSignal()
+    /// Why this thread's wake-up signal could not be created (the monitor then refuses to start).
+    var setupError: FileError? { wakeSignal.creationError }
     private let thread = Mutex<PosixThread?>(nil)
     private let written: Counter
     private let dropped: Counter

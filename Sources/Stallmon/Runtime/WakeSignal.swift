@@ -5,10 +5,18 @@ import Glibc
 
 /// What the watchdog, writer and uploader threads sleep on: an eventfd, so that `wake()` from any thread ends a
 /// `wait` at once, with a nanosecond deadline on CLOCK_MONOTONIC (ppoll).
+///
+/// When the system refuses an eventfd (descriptors exhausted), `creationError` says why and waits degrade to sleeps
+/// of at most 10 ms, so a wait without a deadline can never hang; the monitor refuses to start in that case.
 package final class WakeSignal: Sendable {
-    private let fd = cstallmon_eventfd_create()
+    private let fd: Int32
+    /// Why the eventfd could not be created, or nil.
+    package let creationError: FileError?
 
-    package init() {}
+    package init() {
+        fd = cstallmon_eventfd_create()
+        creationError = fd < 0 ? FileError.last("eventfd", "(wake-up signal)") : nil
+    }
 
     deinit {
         if fd >= 0 { close(fd) }
@@ -22,6 +30,13 @@ package final class WakeSignal: Sendable {
     /// Sleeps until `deadline` (CLOCK_MONOTONIC ns; nil: until woken) or a `wake()`, which it consumes. May return
     /// early on EINTR; callers re-check their state and clock.
     package func wait(until deadline: UInt64?) {
+        if fd < 0 {
+            let now = cstallmon_loop_monotonic_ns()
+            let pause = min(10_000_000, deadline.map { $0 > now ? $0 - now : 0 } ?? 10_000_000)
+            var request = timespec(tv_sec: 0, tv_nsec: Int(pause))
+            _ = nanosleep(&request, nil)
+            return
+        }
         var timeout: Int64 = -1
         if let deadline {
             let now = cstallmon_loop_monotonic_ns()

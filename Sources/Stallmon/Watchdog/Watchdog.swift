@@ -20,6 +20,8 @@ final class Watchdog: Sendable {
     private let annotations: IterationAnnotations
     private let logger: Logger
     private let stopSignal = WakeSignal()
+    /// Why this thread's wake-up signal could not be created (the monitor then refuses to start).
+    var setupError: FileError? { stopSignal.creationError }
     private let stopping = Atomic<Bool>(false)
     private let thread = Mutex<PosixThread?>(nil)
     private let stallCounter: Counter
