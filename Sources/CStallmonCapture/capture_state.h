@@ -40,6 +40,13 @@ enum {
     SLOT_FREEING = 7,           // being returned to FREE by whoever won the race
 };
 
+// The smallest alternate signal stack the handler unwinds on (it needs ~8 KiB; the margin covers libunwind paths
+// the test's stacks do not take).
+#define CSTALLMON_MIN_UNWIND_STACK (16 * 1024)
+
+// Frames above the interrupted program counter that the fast trace also returns (handler, trampoline).
+#define CSTALLMON_TRACE_EXTRA 16
+
 typedef struct {
     _Atomic int32_t state;      // futex word: the watchdog sleeps on it, the handler wakes it
     _Atomic pid_t tid;
@@ -54,6 +61,10 @@ typedef struct {
     uint64_t entered_ns;
     uint64_t done_ns;
     uintptr_t frames[CSTALLMON_MAX_FRAMES];
+    // Scratch of the handler running for this slot's thread (one at a time), here rather than on the signal stack,
+    // which may be a small alternate stack set up by someone else (SA_ONSTACK).
+    void *trace[CSTALLMON_MAX_FRAMES + CSTALLMON_TRACE_EXTRA];
+    unw_cursor_t cursor;
 } capture_slot;
 
 // Everything the handler touches, allocated before any signal can arrive.

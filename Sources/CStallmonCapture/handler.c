@@ -94,8 +94,8 @@ static int interrupted_in_loader(const capture_slot *slot, const ucontext_t *con
 // counter (the handler, the trampoline) are dropped; if that PC is not found, fall back to unw_step.
 static int fast_trace_into(capture_slot *slot, void *ucontext) {
 #if defined(__x86_64__)
-    enum { EXTRA = 16 };
-    void *buffer[CSTALLMON_MAX_FRAMES + EXTRA];
+    enum { EXTRA = CSTALLMON_TRACE_EXTRA };
+    void **buffer = slot->trace;
     const uintptr_t interrupted = (uintptr_t)((ucontext_t *)ucontext)->uc_mcontext.gregs[REG_RIP];
     const uint32_t limit = slot->max_frames;
     int count = unw_backtrace(buffer, (int)(limit + EXTRA));
@@ -119,12 +119,12 @@ static int fast_trace_into(capture_slot *slot, void *ucontext) {
 // they take libunwind's cache mutex, with all signals blocked, so no holder of it can be interrupted by us; the
 // handler never unwinds a thread holding the loader's list lock, which that mutex's holder may wait for.
 static void unwind_into(capture_slot *slot, void *ucontext) {
-    unw_cursor_t cursor;
+    unw_cursor_t *const cursor = &slot->cursor;
     slot->frame_count = 0;
     slot->truncated = 0;
     slot->unwind_error = 0;
     if (fast_trace_into(slot, ucontext)) return;
-    int rc = unw_init_local2(&cursor, (unw_context_t *)ucontext, UNW_INIT_SIGNAL_FRAME);
+    int rc = unw_init_local2(cursor, (unw_context_t *)ucontext, UNW_INIT_SIGNAL_FRAME);
     if (rc < 0) {
         slot->unwind_error = rc;
         return;
@@ -133,18 +133,30 @@ static void unwind_into(capture_slot *slot, void *ucontext) {
     const uint32_t limit = slot->max_frames;
     for (;;) {
         unw_word_t ip = 0;
-        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0) break;
+        if (unw_get_reg(cursor, UNW_REG_IP, &ip) < 0 || ip == 0) break;
         if (count == limit) {
             slot->truncated = 1;
             break;
         }
         slot->frames[count++] = (uintptr_t)ip;
-        if (unw_step(&cursor) <= 0) break;
+        if (unw_step(cursor) <= 0) break;
     }
     slot->frame_count = count;
 }
 
-// Async-signal-safe. errno is saved and restored; nothing allocates, locks or prints.
+// Async-signal-safe (one sigaltstack system call). True when this handler runs on an alternate signal stack (we
+// install with SA_ONSTACK, so a thread that has one, e.g. set up by a crash reporter, runs us there) smaller than
+// what unwinding needs: libunwind's trace takes ~8 KiB of stack (measured by StackCaptureTests), so below
+// CSTALLMON_MIN_UNWIND_STACK the sample is skipped rather than risk overflowing it.
+static int on_small_alternate_stack(void) {
+    stack_t current;
+    if (syscall(SYS_sigaltstack, NULL, &current) != 0) return 0;
+    return (current.ss_flags & SS_ONSTACK) && current.ss_size < CSTALLMON_MIN_UNWIND_STACK;
+}
+
+// Async-signal-safe. errno is saved and restored; nothing allocates, locks or prints. Stack use: its own frame
+// (a few hundred bytes; scratch lives in the slot) plus libunwind's, ~8 KiB in all; on an alternate stack smaller
+// than CSTALLMON_MIN_UNWIND_STACK it does not unwind.
 void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
     (void)signal_number;
     (void)info;
@@ -166,6 +178,10 @@ void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
                 slot->frame_count = 0;
                 slot->truncated = 0;
                 slot->unwind_error = 0;
+            } else if (on_small_alternate_stack()) {
+                slot->frame_count = 0;
+                slot->truncated = 0;
+                slot->unwind_error = -ENOSPC;  // recorded as unwind-failed: never overflow someone's stack
             } else {
                 unwind_into(slot, ucontext);
             }

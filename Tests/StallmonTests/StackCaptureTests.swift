@@ -156,6 +156,68 @@ struct StackCaptureTests {
         cstallmon_slot_release(again)
     }
 
+    /// The handler runs on whatever alternate signal stack the thread has (SA_ONSTACK), possibly a crash reporter's
+    /// small one. Its use is measured on an alternate stack filled with a pattern (the high-water mark after 50
+    /// captures of a 40-frame stack): on 64 KiB it unwinds within the documented 12 KiB; on 8 KiB, less than
+    /// unwinding needs, it does not unwind (unwind-failed) and stays within 4 KiB, most of it the kernel's signal
+    /// frame (saved registers and vector state), which the kernel puts there before any handler runs.
+    @Test(arguments: [64, 8])
+    func theHandlerFitsAnAlternateSignalStack(kilobytes: Int) throws {
+        let number = try Self.installDefaultSignal()
+        defer { cstallmon_release() }
+        let size = kilobytes << 10
+        let stack = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 16)
+        defer { stack.deallocate() }
+        stack.initializeMemory(as: UInt8.self, repeating: 0xA5, count: size)
+        let tid = Atomic<Int32>(0)
+        let stop = Atomic<Bool>(false)
+        let exited = DispatchSemaphore(value: 0)
+        let stackAddress = UInt(bitPattern: stack)
+        Thread.detachNewThread {
+            var alternate = stack_t(ss_sp: UnsafeMutableRawPointer(bitPattern: stackAddress), ss_flags: 0,
+                                    ss_size: size)
+            sigaltstack(&alternate, nil)
+            var set = sigset_t()
+            sigemptyset(&set)
+            sigaddset(&set, number)
+            pthread_sigmask(SIG_UNBLOCK, &set, nil)
+            tid.store(cstallmon_gettid(), ordering: .releasing)
+            func deep(_ depth: Int) -> Int {  // ~40 frames to unwind
+                if depth == 0 {
+                    while !stop.load(ordering: .relaxed) { usleep(200) }
+                    return 0
+                }
+                return deep(depth - 1) &+ 1
+            }
+            _ = deep(40)
+            var disable = stack_t(ss_sp: nil, ss_flags: Int32(SS_DISABLE), ss_size: 0)
+            sigaltstack(&disable, nil)
+            exited.signal()
+        }
+        while tid.load(ordering: .acquiring) == 0 { usleep(1000) }
+        let slot = cstallmon_slot_acquire(tid.load(ordering: .acquiring))
+        try #require(slot >= 0)
+        let capturer = StackCapturer(slot: slot, maxFrames: 128, timeout: .milliseconds(500))
+        var statuses: [CaptureStatus] = []
+        for _ in 0..<50 { statuses.append(capturer.capture(labelID: 0).status) }
+        let ok = statuses.filter { $0 == .ok }.count
+        stop.store(true, ordering: .relaxed)
+        exited.wait()
+        cstallmon_slot_release(slot)
+        let bytes = stack.assumingMemoryBound(to: UInt8.self)
+        let untouched = (0..<size).first { bytes[$0] != 0xA5 } ?? size
+        let used = size - untouched
+        print("handler stack high-water mark on \(kilobytes) KiB: \(used) bytes; \(ok) of 50 ok")
+        #expect(used > 0, "the handler ran on the alternate stack")
+        if kilobytes >= 16 {
+            #expect(ok >= 45, "\(statuses)")
+            #expect(used <= 12 << 10, "handler stack use \(used) bytes")
+        } else {
+            #expect(statuses.filter { $0 == .unwindFailed }.count >= 45, "skipped, not overflowed: \(statuses)")
+            #expect(used <= 4 << 10, "stack use without unwinding, the kernel's signal frame included: \(used) bytes")
+        }
+    }
+
     @Test func framesStartAtTheInterruptedFunctionWithoutHandlerFrames() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "frames")
