@@ -22,9 +22,10 @@ void drain_abandoned(capture_slot *slot, int32_t from) {
     }
     if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_IDLE)) return;
     // Released between the check and the transition: the release saw an ABANDONED state and left the slot to us.
-    // For this to free a later acquisition instead, a release, a re-acquisition, a capture and a second release
-    // would all have to fit between two instructions of this handler; a capture that took the slot meanwhile
-    // frees it at its own end instead.
+    // No ABA here: to be re-acquired, the slot must first be freed from IDLE, and only two parties do that. A
+    // release comes once per acquisition (StallMonitor fences its binding), and it already came. A capture's end
+    // needs a handler run on this thread, and ours is running with the signal blocked, so a capture started now
+    // times out into ABANDONED instead of finishing. So the slot is still this acquisition's when we free it.
     if (atomic_load(&slot->retired)) {
         expected = SLOT_IDLE;
         if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {

@@ -1,3 +1,6 @@
+// Why ~580 lines in one file: the run pass, the timer heap, fd and custom sources and the posted-block queue share
+// the loop's private, loop-thread-only state; splitting them into extensions would make that state internal to the
+// module. It splits with the run-loop modes and the executor, which reshape that state.
 import CStallmonLoopShims
 import Synchronization
 

@@ -21,15 +21,16 @@ struct PackageProductsTests {
     }
 
     @Test("the Stallmon target's dependency closure has no NIO, HTTP client or compression")
-    func coreClosureHasNoTransport() throws {
+    func coreClosureHasNoTransport() async throws {
         let scratch = try TemporaryDirectory("stallmon-dump")
         defer { scratch.remove() }
         let output = scratch.path("dump.json")
-        let status = ChildProcess.run(try Self.swiftExecutable(),
+        let swift = try Self.swiftExecutable()
+        let status = try await offThePool { ChildProcess.run(swift,
                                       // A scratch path of its own: `swift test` holds the lock on the repository's .build.
                                       ["package", "--package-path", Self.repository,
                                        "--scratch-path", scratch.path("build"), "dump-package"],
-                                      timeout: .seconds(120), outputPath: output)
+                                      timeout: .seconds(120), outputPath: output) }
         #expect(status == 0)
         let data = try Data(contentsOf: URL(fileURLWithPath: output))
         let start = try #require(data.firstIndex(of: UInt8(ascii: "{")), "dump-package printed JSON")
@@ -90,7 +91,7 @@ struct PackageProductsTests {
     }
 
     @Test("a package that depends on Stallmon alone builds without NIO and reports a stall")
-    func coreOnlyPackageBuildsAndReports() throws {
+    func coreOnlyPackageBuildsAndReports() async throws {
         let scratch = try TemporaryDirectory("stallmon-core-only")
         defer { scratch.remove() }
         // A path dependency is named after its folder (SwiftPM), whatever the clone is called.
@@ -169,8 +170,11 @@ struct PackageProductsTests {
             try scratch.write("Sources/CoreOnly/Readme\(index).swift", snippet)
         }
         let log = scratch.path("build.log")
-        let build = ChildProcess.run(try Self.swiftExecutable(), ["build", "--package-path", scratch.path],
-                                     timeout: .seconds(900), outputPath: log)
+        let swift = try Self.swiftExecutable()
+        let package = scratch.path
+        let build = try await offThePool {
+            ChildProcess.run(swift, ["build", "--package-path", package], timeout: .seconds(900), outputPath: log)
+        }
         let buildOutput = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         try #require(build == 0, "swift build failed:\n\(buildOutput.suffix(4000))")
         let products = scratch.path(".build/debug")
@@ -181,7 +185,9 @@ struct PackageProductsTests {
         }
         let reports = scratch.path("reports")
         let runLog = scratch.path("run.log")
-        let run = ChildProcess.run(products + "/CoreOnly", [reports], timeout: .seconds(60), outputPath: runLog)
+        let run = try await offThePool {
+            ChildProcess.run(products + "/CoreOnly", [reports], timeout: .seconds(60), outputPath: runLog)
+        }
         let runOutput = (try? String(contentsOfFile: runLog, encoding: .utf8)) ?? ""
         #expect(run == 0, "\(runOutput)")
         #expect(runOutput.contains("reports written: 1"), "\(runOutput)")

@@ -102,28 +102,37 @@ struct UploadCommandTests {
     /// function does before any library initializer; before that the kernel and the dynamic loader are still mapping
     /// the program and no code of ours can run (README, "The CLI").
     @Test("--daemon: SIGTERM during start-up still exits 0")
-    func daemonSigtermDuringStartup() throws {
+    func daemonSigtermDuringStartup() async throws {
         let (directory, _) = try Self.spooled(1)
         defer { directory.remove() }
         let executable = try StallmonExecutable.url().path
-        var outcomes: [String] = []
-        for attempt in 0..<25 {
-            let delayMicroseconds = [0, 1_000, 3_000, 6_000, 10_000][attempt % 5]
-            let child = try ChildProcess(executable, ["upload", directory.path, "--endpoint", "http://127.0.0.1:9",
-                                                      "--daemon", "--deadline", "1"],
-                                         environment: StallmonExecutable.environment([:]))
-            let spawned = ContinuousClock.now
-            while !Self.blocksSIGTERM(child.pid) && ContinuousClock.now < spawned.advanced(by: .seconds(2)) {}
-            #expect(Self.blocksSIGTERM(child.pid), "SIGTERM blocked before main")
-            if delayMicroseconds > 0 { usleep(useconds_t(delayMicroseconds)) }
-            kill(child.pid, SIGTERM)
-            let exited = child.wait(timeout: .seconds(10))
-            if !exited { child.kill() }
-            outcomes.append("\(delayMicroseconds / 1000) ms: exit \(child.exitCode.map(String.init) ?? "-"), "
-                + "signal \(child.terminatingSignal.map(String.init) ?? "-")")
-            #expect(exited && child.exitCode == 0, "\(outcomes.last!)")
+        let path = directory.path
+        // (blocked before main, exited, exit code, description) per try; run off the cooperative pool.
+        let outcomes = try await offThePool { () throws -> [(Bool, Bool, Int32?, String)] in
+            var outcomes: [(Bool, Bool, Int32?, String)] = []
+            for attempt in 0..<25 {
+                let delayMicroseconds = [0, 1_000, 3_000, 6_000, 10_000][attempt % 5]
+                let child = try ChildProcess(executable, ["upload", path, "--endpoint", "http://127.0.0.1:9",
+                                                          "--daemon", "--deadline", "1"],
+                                             environment: StallmonExecutable.environment([:]))
+                let spawned = ContinuousClock.now
+                while !Self.blocksSIGTERM(child.pid) && ContinuousClock.now < spawned.advanced(by: .seconds(2)) {}
+                let blocked = Self.blocksSIGTERM(child.pid)
+                if delayMicroseconds > 0 { usleep(useconds_t(delayMicroseconds)) }
+                kill(child.pid, SIGTERM)
+                let exited = child.wait(timeout: .seconds(10))
+                if !exited { child.kill() }
+                outcomes.append((blocked, exited, child.exitCode,
+                                 "\(delayMicroseconds / 1000) ms: exit \(child.exitCode.map(String.init) ?? "-"), "
+                                    + "signal \(child.terminatingSignal.map(String.init) ?? "-")"))
+            }
+            return outcomes
         }
-        print("upload --daemon SIGTERM during start-up: \(outcomes.joined(separator: "; "))")
+        for (blocked, exited, code, description) in outcomes {
+            #expect(blocked, "SIGTERM blocked before main: \(description)")
+            #expect(exited && code == 0, "\(description)")
+        }
+        print("upload --daemon SIGTERM during start-up: \(outcomes.map(\.3).joined(separator: "; "))")
     }
 
     /// Whether `pid`'s SigBlk in /proc has SIGTERM.

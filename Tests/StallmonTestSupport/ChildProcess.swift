@@ -128,3 +128,18 @@ public struct ChildProcessError: Error, CustomStringConvertible {
         self.description = description
     }
 }
+
+/// Runs blocking work (waiting for a child process, a build) on a thread of its own, so it does not hold one of
+/// Swift Concurrency's few cooperative threads, which the async tests running beside it need to make progress.
+/// Record expectations after it returns: `#expect` on another thread has no current test.
+public func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread {
+            do {
+                continuation.resume(returning: try body())
+            } catch {
+                continuation.resume(throwing: error)
+            }
+        }
+    }
+}
