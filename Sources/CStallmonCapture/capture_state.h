@@ -103,6 +103,14 @@ static inline void futex_wake_all(_Atomic int32_t *word) {
     syscall(SYS_futex, (int32_t *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 }
 
+// Async-signal-safe (atomic stores). Completes the FREEING state its caller won by compare-and-swap: the slot is
+// unassigned and may be acquired again.
+static inline void finish_freeing(capture_slot *slot) {
+    atomic_store(&slot->tid, 0);
+    atomic_store(&slot->retired, 0);
+    atomic_store(&slot->state, SLOT_FREE);
+}
+
 // Async-signal-safe. Returns a slot whose watchdog gave up to IDLE, or to FREE when its owner released it.
 void cstallmon_drain_abandoned(capture_slot *slot, int32_t from) __attribute__((visibility("hidden")));
 #define drain_abandoned cstallmon_drain_abandoned

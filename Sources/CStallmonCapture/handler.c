@@ -14,9 +14,7 @@ void drain_abandoned(capture_slot *slot, int32_t from) {
     int32_t expected = from;
     if (atomic_load(&slot->retired)) {
         if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) return;
-        atomic_store(&slot->tid, 0);
-        atomic_store(&slot->retired, 0);
-        atomic_store(&slot->state, SLOT_FREE);
+        finish_freeing(slot);
         futex_wake_all(&slot->state);
         return;
     }
@@ -29,9 +27,7 @@ void drain_abandoned(capture_slot *slot, int32_t from) {
     if (atomic_load(&slot->retired)) {
         expected = SLOT_IDLE;
         if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
-            atomic_store(&slot->tid, 0);
-            atomic_store(&slot->retired, 0);
-            atomic_store(&slot->state, SLOT_FREE);
+            finish_freeing(slot);
         }
     }
     futex_wake_all(&slot->state);

@@ -51,16 +51,12 @@ void cstallmon_slot_release(int index) {
     atomic_store(&slot->retired, 1);
     int32_t expected = SLOT_IDLE;
     if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
-        atomic_store(&slot->tid, 0);
-        atomic_store(&slot->retired, 0);
-        atomic_store(&slot->state, SLOT_FREE);
+        finish_freeing(slot);
     }
     // Otherwise a late handler is still owed this slot and frees it when it runs, unless the thread is gone:
     // its pending signal died with it, so nobody else will.
     else if (syscall(SYS_tgkill, getpid(), atomic_load(&slot->tid), 0) != 0 && errno == ESRCH) {
-        atomic_store(&slot->tid, 0);
-        atomic_store(&slot->retired, 0);
-        atomic_store(&slot->state, SLOT_FREE);
+        finish_freeing(slot);
     }
     pthread_mutex_unlock(&g_state.mutex);
 }
@@ -174,9 +170,7 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
     if (atomic_load(&slot->retired)) {
         expected = SLOT_DONE;
         if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
-            atomic_store(&slot->tid, 0);
-            atomic_store(&slot->retired, 0);
-            atomic_store(&slot->state, SLOT_FREE);
+            finish_freeing(slot);
             return;
         }
     }
@@ -185,9 +179,7 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
         // The release landed between the check above and this store: it saw DONE and left the slot to us.
         expected = SLOT_IDLE;
         if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
-            atomic_store(&slot->tid, 0);
-            atomic_store(&slot->retired, 0);
-            atomic_store(&slot->state, SLOT_FREE);
+            finish_freeing(slot);
         }
     }
 }
