@@ -5,7 +5,8 @@ extension StallMonitorConfiguration {
     public static let keys = [
         "threshold_ms", "sample_interval_ms", "max_samples", "max_frames", "interim_after_ms", "capture_timeout_ms",
         "signal", "report_dir", "event_log", "event_log_max_bytes", "event_log_max_files",
-        "max_reports_per_signature_per_hour", "in_app_include", "in_app_exclude", "spool", "upload_endpoint", "upload_format", "upload_token", "upload_token_file", "upload_headers",
+        "max_reports_per_signature_per_hour", "report_max_count", "report_max_bytes", "report_max_age_hours",
+        "in_app_include", "in_app_exclude", "spool", "upload_endpoint", "upload_format", "upload_token", "upload_token_file", "upload_headers",
         "service_name", "upload_batch_max_reports", "upload_batch_max_age_ms", "upload_max_body_bytes",
         "upload_timeout_ms", "upload_backoff_ms", "upload_backoff_max_ms", "upload_retry_after_max_ms",
         "spool_max_reports", "spool_max_bytes", "spool_max_age_hours",
@@ -118,6 +119,13 @@ extension StallMonitorConfiguration {
         case "event_log_max_bytes": eventLogMaxBytes = try integer()
         case "event_log_max_files": eventLogMaxFiles = try integer()
         case "max_reports_per_signature_per_hour": maxReportsPerSignaturePerHour = try integer()
+        case "report_max_count": reportMaxCount = try integer()
+        case "report_max_bytes": reportMaxBytes = try integer()
+        case "report_max_age_hours":
+            guard let hours = Double(value), hours > 0, hours < 1e6 else {
+                throw .invalid(key: key, value: value, reason: "expected a positive number of hours (< 1000000)")
+            }
+            reportMaxAge = .seconds(hours * 3600)
         case "in_app_include": inApp.include = try InAppRules.parseModules(value, key: key)
         case "in_app_exclude": inApp.exclude = try InAppRules.parseModules(value, key: key)
         case "spool":

@@ -28,6 +28,13 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     public var eventLogMaxBytes: Int
     /// Rotated logs kept besides the live one (`events.jsonl.1` …). Key `event_log_max_files`, default 3.
     public var eventLogMaxFiles: Int
+    /// Retention of the report directory: the oldest reports are removed beyond this many (key `report_max_count`,
+    /// default 1000), …
+    public var reportMaxCount: Int
+    /// … this many bytes (key `report_max_bytes`, default 256 MiB), …
+    public var reportMaxBytes: Int
+    /// … or this age (key `report_max_age_hours`, default 336: 14 days). Reports still queued for upload are kept.
+    public var reportMaxAge: Duration
     /// At most this many full reports per stall signature per hour; further stalls of that kind are only counted
     /// (a `stall.end` line with `suppressed`, and `suppressedBefore` in the next report). Key
     /// `max_reports_per_signature_per_hour`, default 30.
@@ -51,6 +58,9 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
                 eventLogMaxBytes: Int = 10 << 20,
                 eventLogMaxFiles: Int = 3,
                 maxReportsPerSignaturePerHour: Int = 30,
+                reportMaxCount: Int = 1000,
+                reportMaxBytes: Int = 256 << 20,
+                reportMaxAge: Duration = .seconds(14 * 24 * 3600),
                 inApp: InAppRules = InAppRules(),
                 upload: UploadConfiguration = UploadConfiguration()) {
         self.threshold = threshold
@@ -65,6 +75,9 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
         self.eventLogMaxBytes = eventLogMaxBytes
         self.eventLogMaxFiles = eventLogMaxFiles
         self.maxReportsPerSignaturePerHour = maxReportsPerSignaturePerHour
+        self.reportMaxCount = reportMaxCount
+        self.reportMaxBytes = reportMaxBytes
+        self.reportMaxAge = reportMaxAge
         self.inApp = inApp
         self.upload = upload
     }
@@ -111,6 +124,15 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
         guard (0...100).contains(eventLogMaxFiles) else {
             throw .invalid(key: "event_log_max_files", value: "\(eventLogMaxFiles)",
                            reason: "must be between 0 and 100")
+        }
+        guard reportMaxCount >= 1 else {
+            throw .invalid(key: "report_max_count", value: "\(reportMaxCount)", reason: "must be at least 1")
+        }
+        guard reportMaxBytes >= 4096 else {
+            throw .invalid(key: "report_max_bytes", value: "\(reportMaxBytes)", reason: "must be at least 4096")
+        }
+        guard reportMaxAge > .zero else {
+            throw .invalid(key: "report_max_age_hours", value: "\(reportMaxAge)", reason: "must be greater than 0")
         }
         guard maxReportsPerSignaturePerHour >= 1 else {
             throw .invalid(key: "max_reports_per_signature_per_hour", value: "\(maxReportsPerSignaturePerHour)",

@@ -23,6 +23,8 @@ public struct StallMonitorStatistics: Sendable, Equatable {
     public var freezes: Int = 0
     /// Stalls that got no report of their own because their signature hit the rate limit.
     public var reportsSuppressed: Int = 0
+    /// Old reports removed by the retention (`report_max_count`, `report_max_bytes`, `report_max_age_hours`).
+    public var reportsRemovedByRetention: Int = 0
 }
 
 /// The shared, atomically updated form of `StallMonitorStatistics`.
@@ -36,6 +38,7 @@ final class MonitorCounters: Sendable {
     let captureTimeouts = Atomic<Int>(0)
     let freezes = Atomic<Int>(0)
     let reportsSuppressed = Atomic<Int>(0)
+    let reportsRemovedByRetention = Atomic<Int>(0)
 
     func snapshot(longIterations: Int) -> StallMonitorStatistics {
         StallMonitorStatistics(
@@ -48,6 +51,7 @@ final class MonitorCounters: Sendable {
             samplesCaptured: samplesCaptured.load(ordering: .relaxed),
             captureTimeouts: captureTimeouts.load(ordering: .relaxed),
             freezes: freezes.load(ordering: .relaxed),
-            reportsSuppressed: reportsSuppressed.load(ordering: .relaxed))
+            reportsSuppressed: reportsSuppressed.load(ordering: .relaxed),
+            reportsRemovedByRetention: reportsRemovedByRetention.load(ordering: .relaxed))
     }
 }

@@ -81,6 +81,7 @@ final class ReportWriter: Sendable {
     private func run() {
         var state = WriterState(configuration: configuration)
         Self.removeStaleTemporaryFiles(in: configuration.reportDirectory)
+        applyRetention()
         while true {
             wakeSignal.wait(until: nil)
             let (batch, stopping) = queue.withLock { state in
@@ -170,6 +171,7 @@ final class ReportWriter: Sendable {
             if path != nil {
                 counters.reportsWritten.wrappingAdd(1, ordering: .relaxed)
                 written.increment()
+                applyRetention()
             } else {
                 counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
                 dropped.increment()
@@ -257,6 +259,26 @@ final class ReportWriter: Sendable {
                 }
             }
         }
+    }
+
+    /// Removes the oldest reports beyond the retention limits (never one still queued for upload); counts them and
+    /// logs once per pass that removed any.
+    private func applyRetention() {
+        let limits = ReportRetention.Limits(maxCount: configuration.reportMaxCount,
+                                            maxBytes: configuration.reportMaxBytes,
+                                            maxAgeNanoseconds: UInt64(configuration.reportMaxAge.nanosecondsClamped))
+        let directory = configuration.reportDirectory
+        let remove = ReportRetention.entriesToRemove(ReportRetention.list(directory), limits: limits,
+                                                     now: WallClock.nowNanoseconds())
+        guard !remove.isEmpty else { return }
+        var removed = 0
+        for entry in remove where unlink(directory + "/" + entry.name) == 0 { removed += 1 }
+        try? AtomicFile.syncDirectory(directory)
+        counters.reportsRemovedByRetention.wrappingAdd(removed, ordering: .relaxed)
+        logger.notice("stallmon: removed old reports beyond the retention limits", metadata: [
+            "directory": "\(directory)", "removed": "\(removed)", "oldest": "\(remove[0].name)",
+            "limits": "\(limits.maxCount) reports, \(limits.maxBytes) bytes, \(configuration.reportMaxAge)",
+        ])
     }
 
     /// Temporary files of writes that never finished (a process killed mid-write) are not reports; remove those

@@ -1,0 +1,63 @@
+import Foundation
+@testable import Stallmon
+import StallmonLoop
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
+
+@Suite(.serialized)
+struct ReportRetentionTests {
+    typealias Entry = ReportRetention.Entry
+    static let hour: UInt64 = 3_600_000_000_000
+
+    @Test func theOldestGoFirstByCountBytesAndAgeButNeverAPendingOne() {
+        let now = 100 * Self.hour
+        let entries = (0..<6).map { index in
+            Entry(name: "stall-\(index).json", bytes: 100, modified: now - UInt64(6 - index) * Self.hour,
+                  linkCount: index == 1 ? 2 : 1)  // #1 is still queued for upload (linked in the spool)
+        }
+        let byCount = ReportRetention.entriesToRemove(entries, limits: .init(maxCount: 3, maxBytes: 1 << 20,
+                                                                             maxAgeNanoseconds: 100 * Self.hour),
+                                                      now: now)
+        #expect(byCount.map(\.name) == ["stall-0.json", "stall-2.json", "stall-3.json"],
+                "oldest first, skipping the pending one, until three remain")
+        let byBytes = ReportRetention.entriesToRemove(entries, limits: .init(maxCount: 100, maxBytes: 450,
+                                                                             maxAgeNanoseconds: 100 * Self.hour),
+                                                      now: now)
+        #expect(byBytes.map(\.name) == ["stall-0.json", "stall-2.json"])
+        let byAge = ReportRetention.entriesToRemove(entries, limits: .init(maxCount: 100, maxBytes: 1 << 20,
+                                                                           maxAgeNanoseconds: 3 * Self.hour + 1),
+                                                    now: now)
+        #expect(byAge.map(\.name) == ["stall-0.json", "stall-2.json"], "older than 3 h, the pending one kept")
+    }
+
+    @Test func aMonitorKeepsItsDirectoryWithinTheLimitsAndKeepsPendingReports() throws {
+        let directory = makeTemporaryDirectory()
+        // Two old reports from an earlier run, one of them still queued for upload (a hard link in the spool).
+        try AtomicFile.createDirectory(directory + "/spool/pending")
+        for name in ["stall-20200101T000000.000Z-aaaaaaaa.json", "stall-20200101T000001.000Z-bbbbbbbb.json"] {
+            try AtomicFile.write(Array("{}".utf8), to: directory + "/" + name)
+            var times = [timespec(tv_sec: time(nil) - 30 * 24 * 3600, tv_nsec: 0),
+                         timespec(tv_sec: time(nil) - 30 * 24 * 3600, tv_nsec: 0)]
+            _ = utimensat(AT_FDCWD, directory + "/" + name, &times, 0)
+        }
+        #expect(link(directory + "/stall-20200101T000001.000Z-bbbbbbbb.json",
+                     directory + "/spool/pending/stall-20200101T000001.000Z-bbbbbbbb.json") == 0)
+        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        configuration.reportMaxCount = 2
+        let loop = try Looper(name: "retention")
+        let monitor = try StallMonitor(loop: loop, configuration: configuration)
+        monitor.start()
+        postChainedSpins(loop, count: 3, milliseconds: 80)
+        loop.run(for: .milliseconds(900))
+        monitor.stop()
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory)
+            .filter { $0.hasPrefix("stall-") }.sorted()
+        #expect(!names.contains("stall-20200101T000000.000Z-aaaaaaaa.json"), "the old one went (age, count)")
+        #expect(names.contains("stall-20200101T000001.000Z-bbbbbbbb.json"), "the pending one stays: \(names)")
+        let fresh = names.filter { !$0.hasPrefix("stall-2020") }
+        #expect(fresh.count == 1, "count 2: the pending old one and the newest of the three: \(names)")
+        #expect(monitor.statistics.reportsWritten == 3)
+        #expect(monitor.statistics.reportsRemovedByRetention == 3, "\(monitor.statistics)")
+    }
+}
