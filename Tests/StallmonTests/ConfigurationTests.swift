@@ -13,8 +13,7 @@ struct ConfigurationTests {
         let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent(
             "../../config/stallmon.conf").standardized.path
         let loaded = try StallMonitorConfiguration.load(file: path, environment: [:])
-        var expected = StallMonitorConfiguration()
-        expected.reportDirectory = "./stallmon-reports"
+        let expected = StallMonitorConfiguration()
         #expect(loaded == expected)
         let documented = try String(contentsOfFile: path, encoding: .utf8)
         for key in StallMonitorConfiguration.keys {
@@ -60,6 +59,16 @@ struct ConfigurationTests {
         #expect(loaded.sampleInterval == .milliseconds(5))
         #expect(loaded.reportDirectory == "/var/lib/x")
         #expect(loaded.resolvedEventLogPath == "/var/lib/x/events.jsonl")
+    }
+
+    @Test func theDefaultReportDirectoryIsAbsoluteAndFollowsSystemd() {
+        #expect(StallMonitorConfiguration.defaultReportDirectory(stateDirectory: "/var/lib/myservice")
+                == "/var/lib/myservice/stallmon")
+        #expect(StallMonitorConfiguration.defaultReportDirectory(stateDirectory: "/var/lib/a:/var/lib/b")
+                == "/var/lib/a/stallmon", "the first of several")
+        #expect(StallMonitorConfiguration.defaultReportDirectory(stateDirectory: nil) == "/var/tmp/stallmon-\(getuid())")
+        #expect(StallMonitorConfiguration.defaultReportDirectory(stateDirectory: "relative")
+                == "/var/tmp/stallmon-\(getuid())", "only an absolute state directory counts")
     }
 
     @Test func unknownEnvironmentVariablesAreRejected() {

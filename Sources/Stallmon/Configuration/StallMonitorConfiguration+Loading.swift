@@ -114,7 +114,7 @@ extension StallMonitorConfiguration {
         case "interim_after_ms": interimAfter = try milliseconds()
         case "capture_timeout_ms": captureTimeout = try milliseconds()
         case "signal": signal = try SamplingSignal(parsing: value)
-        case "report_dir": reportDirectory = value
+        case "report_dir": reportDirectory = value.isEmpty ? Self.defaultReportDirectory() : value
         case "event_log": eventLogPath = value.isEmpty ? nil : value
         case "event_log_max_bytes": eventLogMaxBytes = try integer()
         case "event_log_max_files": eventLogMaxFiles = try integer()

@@ -1,4 +1,7 @@
 import CStallmonCapture
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Everything a `StallMonitor` can be told. The same knobs exist as keys of the config file (see
 /// `config/stallmon.conf`) and as `STALLMON_*` environment variables, which override the file.
@@ -20,7 +23,8 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     public var captureTimeout: Duration
     /// The real-time signal used to sample the loop thread. Key `signal`, default `SIGRTMIN+3`.
     public var signal: SamplingSignal
-    /// Where reports go (created 0700 if missing). Key `report_dir`, default `./stallmon-reports`.
+    /// Where reports go (created 0700 if missing). Key `report_dir`, default `defaultReportDirectory()`:
+    /// `$STATE_DIRECTORY/stallmon` under systemd, else `/var/tmp/stallmon-<uid>`.
     public var reportDirectory: String
     /// The JSON-lines event log. Key `event_log`, default `<report_dir>/events.jsonl`.
     public var eventLogPath: String?
@@ -53,7 +57,7 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
                 interimAfter: Duration = .milliseconds(2000),
                 captureTimeout: Duration = .milliseconds(100),
                 signal: SamplingSignal = .default,
-                reportDirectory: String = "./stallmon-reports",
+                reportDirectory: String = StallMonitorConfiguration.defaultReportDirectory(),
                 eventLogPath: String? = nil,
                 eventLogMaxBytes: Int = 10 << 20,
                 eventLogMaxFiles: Int = 3,
@@ -80,6 +84,19 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
         self.reportMaxAge = reportMaxAge
         self.inApp = inApp
         self.upload = upload
+    }
+
+    /// The report directory when none is configured: `$STATE_DIRECTORY/stallmon` when systemd gives the service a
+    /// state directory (`StateDirectory=`; the first one if several), else `/var/tmp/stallmon-<uid>`. Absolute, so a
+    /// service started in `/` does not write to `/stallmon-reports`; per user, so `stallmon report` run by the same
+    /// user finds it; in /var/tmp, so it survives a reboot.
+    public static func defaultReportDirectory(stateDirectory: String? = getenv("STATE_DIRECTORY").map {
+        String(cString: $0)
+    }) -> String {
+        if let first = stateDirectory?.split(separator: ":").first, first.hasPrefix("/") {
+            return (first.hasSuffix("/") ? String(first.dropLast()) : String(first)) + "/stallmon"
+        }
+        return "/var/tmp/stallmon-\(getuid())"
     }
 
     /// The event log path in effect: `eventLogPath`, or `events.jsonl` in the report directory.
