@@ -129,7 +129,10 @@ let package = Package(
         ),
         .testTarget(
             name: "StallmonCLITests",
-            dependencies: ["Stallmon", "StallmonReport", "StallmonUpload", "StallmonTestSupport"]
+            dependencies: [
+                "Stallmon", "StallmonReport", "StallmonUpload", "StallmonTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         // The fault suite crosses modules: captures under churn, SIGKILLs of the writer and uploader, bad disks,
         // seeded mutations of every input.

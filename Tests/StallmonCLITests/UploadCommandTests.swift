@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 @testable import Stallmon
 @testable import StallmonReport
 import StallmonTestSupport
@@ -73,6 +74,39 @@ struct UploadCommandTests {
         #expect(Set(receiver.acknowledgedIDs).isSuperset(of: ids))
         #expect(received.count - ids.count <= 5, "at most the batch in flight was sent twice (same ids)")
         #expect(try spool.pending().isEmpty)
+    }
+
+    /// A sidecar `stallmon upload --daemon` and an in-process uploader on one spool: they take turns (an advisory
+    /// lock on the spool), so every report is delivered and none is sent by both.
+    @Test("an in-process uploader and a sidecar daemon on one spool never send the same report")
+    func inProcessUploaderAndSidecarShareASpool() async throws {
+        let plan = "[" + Array(repeating: #"{"sleep":0.05,"status":200}"#, count: 40).joined(separator: ",") + "]"
+        let receiver = try Receiver(plan: plan)
+        let (directory, ids) = try Self.spooled(60)
+        defer { directory.remove() }
+        let daemon = try RunningCLI(["upload", directory.path, "--endpoint", receiver.baseURL, "--daemon"],
+                                    environment: Self.fast)
+        defer { daemon.cleanUp() }
+        var configuration = UploadConfiguration()
+        configuration.endpoint = receiver.baseURL
+        configuration.batchMaxReports = 5
+        configuration.batchMaxAge = .zero
+        configuration.backoffBase = .milliseconds(50)
+        configuration.backoffMax = .milliseconds(200)
+        let inProcess = try Uploader(spool: Spool(reportDirectory: directory.path), configuration: configuration,
+                                     logger: Logger(label: "test"))
+        inProcess.start()
+        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+        while Set(receiver.acknowledgedIDs).count < ids.count && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        inProcess.stop(deadline: .seconds(1))
+        daemon.terminate()
+        let received = receiver.requests.flatMap { $0.ids ?? [] }
+        #expect(Set(received) == Set(ids), "every report delivered")
+        #expect(received.count == ids.count, "none sent twice: \(received.count) records for \(ids.count) reports")
+        #expect(inProcess.statistics.delivered > 0, "the in-process uploader took turns too")
+        #expect(try Spool(reportDirectory: directory.path).pending().isEmpty)
     }
 
     @Test("--daemon: SIGTERM abandons a slow request within the deadline, exits 0 and keeps the reports")

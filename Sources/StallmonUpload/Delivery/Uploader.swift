@@ -207,7 +207,15 @@ public final class Uploader: Sendable {
                 rejectEntries([entry], reason: "report of \(entry.bytes) bytes exceeds upload_max_body_bytes "
                     + "(\(configuration.maxBodyBytes))")
             case .send(let batch):
-                deliver(batch, state: &state, deadline: deadline)
+                // One sender per spool, across processes: wait for another uploader's batch rather than send the
+                // same entries beside it, then send only what it left.
+                guard let lock = spool.tryLockForSending() else {
+                    wait(until: monotonicNow + 50_000_000)
+                    continue
+                }
+                let left = spool.stillPending(batch)
+                if !left.isEmpty { deliver(left, state: &state, deadline: deadline) }
+                withExtendedLifetime(lock) {}
             }
         }
     }

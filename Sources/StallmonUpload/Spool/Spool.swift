@@ -68,6 +68,45 @@ public struct Spool: Sendable {
     /// another (`stallmon upload --daemon` beside the service); older ones are leftovers of a killed process.
     static let temporaryFileGrace: Double = 60
 
+    /// An advisory lock on the spool (`flock` on `spool/.lock`), held by the uploader that is sending, so that an
+    /// in-process uploader and a sidecar `stallmon upload --daemon` (or two processes) never send the same entries
+    /// at once. Released when the value is released.
+    public final class SendingLock: Sendable {
+        private let fd: Int32
+
+        fileprivate init(fd: Int32) {
+            self.fd = fd
+        }
+
+        deinit {
+            _ = flock(fd, LOCK_UN)
+            close(fd)
+        }
+    }
+
+    /// Takes the sending lock without waiting: nil while another uploader holds it. A spool where the lock file
+    /// cannot be created or opened (read-only, say) gets a lock that coordinates nothing, rather than no uploads.
+    func tryLockForSending() -> SendingLock?? {
+        let path = directory + "/.lock"
+        var fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if fd < 0 { fd = open(path, O_RDONLY | O_CLOEXEC) }
+        guard fd >= 0 else { return .some(nil) }  // cannot coordinate: send anyway
+        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            close(fd)
+            return nil  // another uploader is sending
+        }
+        return .some(SendingLock(fd: fd))
+    }
+
+    /// The entries of `batch` that are still pending as the very files that were listed.
+    func stillPending(_ batch: [SpoolEntry]) -> [SpoolEntry] {
+        batch.filter { entry in
+            var info = stat()
+            guard stat(path(of: entry), &info) == 0 else { return false }
+            return entry.identity.map { $0 == FileIdentity(info) } ?? true
+        }
+    }
+
     /// Pending entries, oldest first. Temporary files of an interrupted enqueue or removal, once older than a minute,
     /// are removed.
     public func pending() throws(FileError) -> [SpoolEntry] {
