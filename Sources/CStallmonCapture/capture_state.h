@@ -111,7 +111,12 @@ static inline void finish_freeing(capture_slot *slot) {
     atomic_store(&slot->state, SLOT_FREE);
 }
 
-// Async-signal-safe. Returns a slot whose watchdog gave up to IDLE, or to FREE when its owner released it.
+// Async-signal-safe. Moves the slot out of `from` (a state only the caller can leave) to IDLE, or to FREE when its
+// owner released it. Returns 0 when the slot was not in `from`. In handler.c.
+int cstallmon_settle_slot(capture_slot *slot, int32_t from) __attribute__((visibility("hidden")));
+#define settle_slot cstallmon_settle_slot
+
+// Async-signal-safe. settle_slot, then wakes the watchdog waiting on the slot.
 void cstallmon_drain_abandoned(capture_slot *slot, int32_t from) __attribute__((visibility("hidden")));
 #define drain_abandoned cstallmon_drain_abandoned
 

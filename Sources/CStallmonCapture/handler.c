@@ -7,30 +7,36 @@
 #include <signal.h>
 #include <string.h>
 
-// Async-signal-safe. Returns a slot whose watchdog gave up to IDLE, or to FREE when its owner released it.
-void drain_abandoned(capture_slot *slot, int32_t from) {
-    // A released slot goes straight from the ABANDONED state, which only this late handler leaves, to FREEING: one
-    // transition, so no other party can free and re-acquire it in between (ABA) and have us free a live slot.
+// Async-signal-safe. Moves the slot out of `from`, a state only the caller can leave (ABANDONED or
+// ABANDONED_RUNNING: the late handler; DONE: the watchdog that collected the frames): to FREE when its owner released
+// it meanwhile, otherwise to IDLE. Returns 0 when the slot was not in `from`.
+int settle_slot(capture_slot *slot, int32_t from) {
+    // A released slot goes straight from `from` to FREEING: one transition, so no other party can free and
+    // re-acquire it in between (ABA) and have us free a live slot.
     int32_t expected = from;
     if (atomic_load(&slot->retired)) {
-        if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) return;
+        if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) return 0;
         finish_freeing(slot);
-        futex_wake_all(&slot->state);
-        return;
+        return 1;
     }
-    if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_IDLE)) return;
-    // Released between the check and the transition: the release saw an ABANDONED state and left the slot to us.
-    // No ABA here: to be re-acquired, the slot must first be freed from IDLE, and only two parties do that. A
-    // release comes once per acquisition (StallMonitor fences its binding), and it already came. A capture's end
-    // needs a handler run on this thread, and ours is running with the signal blocked, so a capture started now
-    // times out into ABANDONED instead of finishing. So the slot is still this acquisition's when we free it.
+    if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_IDLE)) return 0;
+    // Released between the check and the transition: the release saw `from` and left the slot to us. No ABA here:
+    // to be re-acquired, the slot must first be freed from IDLE, and only two parties do that. A release comes once
+    // per acquisition (StallMonitor fences its binding), and it already came. A capture's end needs a handler run on
+    // the slot's thread: when we are that late handler, ours is running with the signal blocked, so a capture
+    // started now times out into ABANDONED; when we are the watchdog, no other capture of this slot runs. So the slot
+    // is still this acquisition's when we free it.
     if (atomic_load(&slot->retired)) {
         expected = SLOT_IDLE;
-        if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
-            finish_freeing(slot);
-        }
+        if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) finish_freeing(slot);
     }
-    futex_wake_all(&slot->state);
+    return 1;
+}
+
+// Async-signal-safe. Returns a slot whose watchdog gave up to IDLE, or to FREE when its owner released it, and
+// wakes whoever waits on it.
+void drain_abandoned(capture_slot *slot, int32_t from) {
+    if (settle_slot(slot, from)) futex_wake_all(&slot->state);
 }
 
 // MARK: - The handler (async-signal-safe)

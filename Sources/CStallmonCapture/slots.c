@@ -165,23 +165,9 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
     }
     void (*hook)(int) = atomic_load(&g_test_hook_after_capture);
     if (hook) hook(index);
-    // Released by its owner while we captured (the release found the slot busy and left it to us): return it to
-    // FREE now, or it would stay IDLE and retired forever, a leaked slot.
-    if (atomic_load(&slot->retired)) {
-        expected = SLOT_DONE;
-        if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
-            finish_freeing(slot);
-            return;
-        }
-    }
-    expected = SLOT_DONE;
-    if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_IDLE) && atomic_load(&slot->retired)) {
-        // The release landed between the check above and this store: it saw DONE and left the slot to us.
-        expected = SLOT_IDLE;
-        if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
-            finish_freeing(slot);
-        }
-    }
+    // Back to IDLE, or to FREE if its owner released it while we captured (the release found the slot busy and left
+    // it to us; storing IDLE would leak it, IDLE and retired forever).
+    settle_slot(slot, SLOT_DONE);
 }
 
 int cstallmon_warm_up(int index) {
