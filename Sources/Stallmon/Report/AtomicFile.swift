@@ -1,6 +1,14 @@
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+
+extension stat {
+    /// The modification time, nanoseconds since the Unix epoch.
+    package var modifiedNanoseconds: UInt64 {
+        UInt64(st_mtim.tv_sec) * 1_000_000_000 + UInt64(st_mtim.tv_nsec)
+    }
+}
 
 /// A file-system operation that failed, with the path and the system's reason.
 public struct FileError: Error, CustomStringConvertible, Sendable {
@@ -100,6 +108,27 @@ public enum AtomicFile {
         }
         // The new directory's entry must survive a crash too, or the first report's careful fsyncs are lost with it.
         try syncDirectory(parent)
+    }
+
+    /// Temporary files (`.tmp-…`: of `write`, and of the spool's enqueue and removal) younger than this may belong to
+    /// an operation in progress, in this process or another (a sidecar `stallmon upload --daemon`); older ones are
+    /// leftovers of a killed process. An operation takes milliseconds.
+    package static let abandonedTemporaryAge: time_t = 60
+
+    /// Whether `name`, with status `info`, is the temporary file of an operation that can no longer finish.
+    package static func isAbandonedTemporary(_ name: String, _ info: stat, now: time_t = time(nil)) -> Bool {
+        name.hasPrefix(".tmp-") && now - info.st_mtim.tv_sec > abandonedTemporaryAge
+    }
+
+    /// Removes the abandoned temporary files in `directory` (see `isAbandonedTemporary`).
+    package static func removeAbandonedTemporaryFiles(in directory: String) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        for name in names where name.hasPrefix(".tmp-") {
+            var info = stat()
+            if stat(directory + "/" + name, &info) == 0 && isAbandonedTemporary(name, info) {
+                _ = unlink(directory + "/" + name)
+            }
+        }
     }
 
     package static func parentDirectory(of path: String) -> String {

@@ -43,7 +43,7 @@ enum ReportRetention {
             var info = stat()
             guard stat(directory + "/" + name, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
             return Entry(name: name, bytes: Int(info.st_size),
-                         modified: UInt64(info.st_mtim.tv_sec) * 1_000_000_000 + UInt64(info.st_mtim.tv_nsec),
+                         modified: info.modifiedNanoseconds,
                          linkCount: Int(info.st_nlink))
         }
     }

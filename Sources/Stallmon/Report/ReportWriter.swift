@@ -80,7 +80,8 @@ final class ReportWriter: Sendable {
 
     private func run() {
         var state = WriterState(configuration: configuration)
-        Self.removeStaleTemporaryFiles(in: configuration.reportDirectory)
+        // Temporary files of writes a killed process never finished are not reports.
+        AtomicFile.removeAbandonedTemporaryFiles(in: configuration.reportDirectory)
         applyRetention()
         while true {
             wakeSignal.wait(until: nil)
@@ -279,20 +280,6 @@ final class ReportWriter: Sendable {
             "directory": "\(directory)", "removed": "\(removed)", "oldest": "\(remove[0].name)",
             "limits": "\(limits.maxCount) reports, \(limits.maxBytes) bytes, \(configuration.reportMaxAge)",
         ])
-    }
-
-    /// Temporary files of writes that never finished (a process killed mid-write) are not reports; remove those
-    /// older than a minute, which no live writer still owns (a write takes milliseconds).
-    static func removeStaleTemporaryFiles(in directory: String, olderThan seconds: Double = 60) {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
-        let cutoff = Date().addingTimeInterval(-seconds)
-        for name in names where name.hasPrefix(".tmp-") {
-            let path = directory + "/" + name
-            if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
-               modified < cutoff {
-                _ = unlink(path)
-            }
-        }
     }
 
     private func reportPath(for report: StallReport) -> String {

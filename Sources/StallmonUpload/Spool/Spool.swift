@@ -64,10 +64,6 @@ public struct Spool: Sendable {
         return restored
     }
 
-    /// Temporary files younger than this may belong to an enqueue or removal in progress, in this process or
-    /// another (`stallmon upload --daemon` beside the service); older ones are leftovers of a killed process.
-    static let temporaryFileGrace: Double = 60
-
     /// An advisory lock on the spool (`flock` on `spool/.lock`), held by the uploader that is sending, so that an
     /// in-process uploader and a sidecar `stallmon upload --daemon` (or two processes) never send the same entries
     /// at once. Released when the value is released.
@@ -117,7 +113,6 @@ public struct Spool: Sendable {
             if !FileManager.default.fileExists(atPath: pendingDirectory) { return [] }
             throw FileError(path: pendingDirectory, operation: "list", errorNumber: EACCES)
         }
-        let now = Date().timeIntervalSince1970
         var entries: [SpoolEntry] = []
         for name in names {
             let path = "\(pendingDirectory)/\(name)"
@@ -125,12 +120,11 @@ public struct Spool: Sendable {
             guard stat(path, &info) == 0 else { continue }
             if name.hasPrefix(".tmp-") {
                 // Never one that a live enqueue is between link and rename on: only old leftovers go.
-                if now - Double(info.st_mtim.tv_sec) > Self.temporaryFileGrace { _ = unlink(path) }
+                if AtomicFile.isAbandonedTemporary(name, info) { _ = unlink(path) }
                 continue
             }
             guard name.hasSuffix(".json") else { continue }
-            let mtime = UInt64(info.st_mtim.tv_sec) * 1_000_000_000 + UInt64(info.st_mtim.tv_nsec)
-            entries.append(SpoolEntry(name: name, bytes: Int(info.st_size), spooledAt: mtime,
+            entries.append(SpoolEntry(name: name, bytes: Int(info.st_size), spooledAt: info.modifiedNanoseconds,
                                       identity: FileIdentity(info)))
         }
         return entries.sorted { $0.name < $1.name }
