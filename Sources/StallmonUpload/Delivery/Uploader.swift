@@ -37,7 +37,8 @@ public struct UploadStatistics: Sendable, Equatable {
 public final class Uploader: Sendable {
     public let configuration: UploadConfiguration
     public let spool: Spool
-    private let endpoint: String
+    /// The endpoint as logs may show it: without user, password or query.
+    private let endpointForLogs: String
     private let url: String
     private let requestHeaders: [(String, String)]
     private let logger: Logger
@@ -76,7 +77,7 @@ public final class Uploader: Sendable {
         if let token = try configuration.resolvedToken() { headers.append(("Authorization", "Bearer \(token)")) }
         self.configuration = configuration
         self.spool = spool
-        self.endpoint = endpoint
+        endpointForLogs = UploadConfiguration.redacted(endpoint: endpoint)
         url = configuration.format.url(for: endpoint)
         requestHeaders = headers
         self.logger = logger
@@ -275,7 +276,7 @@ public final class Uploader: Sendable {
             }
             state.attempt = 0
             if let previous = state.failing {
-                logger.notice("stallmon: uploads succeed again", metadata: ["endpoint": "\(UploadConfiguration.redacted(endpoint: endpoint))",
+                logger.notice("stallmon: uploads succeed again", metadata: ["endpoint": "\(endpointForLogs)",
                                                                             "previousError": "\(previous)"])
                 state.failing = nil
             }
@@ -298,12 +299,19 @@ public final class Uploader: Sendable {
             return acknowledged.count
         }
         counters.deliveredNotRemoved.store(count, ordering: .relaxed)
-        state.removalAttempt += 1
-        state.removalRetryAt = cstallmon_monotonic_ns() + removalBackoff(state.removalAttempt)
         if state.removalFailing == nil {
             logger.error("stallmon: delivered reports cannot be removed from the spool; they are not sent again, and their removal is retried", metadata: ["spool": "\(spool.pendingDirectory)", "error": "\(error)"])
         }
+        scheduleRemovalRetry(&state, error: error)
+    }
+
+    /// The next removal try, after the same exponential backoff as a failed request (full value, no jitter).
+    private func scheduleRemovalRetry(_ state: inout LoopState, error: String) {
         state.removalFailing = error
+        state.removalAttempt += 1
+        state.removalRetryAt = cstallmon_monotonic_ns() + RetryPolicy.backoff(
+            attempt: state.removalAttempt, base: UInt64(configuration.backoffBase.nanosecondsClamped),
+            max: UInt64(configuration.backoffMax.nanosecondsClamped), jitter: 1)
     }
 
     /// Retries removing what was delivered; forgets entries that are gone.
@@ -314,9 +322,7 @@ public final class Uploader: Sendable {
         do {
             try spool.remove(stillThere)
         } catch {
-            state.removalFailing = "\(error)"
-            state.removalAttempt += 1
-            state.removalRetryAt = cstallmon_monotonic_ns() + removalBackoff(state.removalAttempt)
+            scheduleRemovalRetry(&state, error: "\(error)")
             return
         }
         acknowledged.withLock { $0.removeAll() }
@@ -329,12 +335,6 @@ public final class Uploader: Sendable {
         state.removalAttempt = 0
     }
 
-    private func removalBackoff(_ attempt: Int) -> UInt64 {
-        let base = UInt64(configuration.backoffBase.nanosecondsClamped)
-        let cap = UInt64(configuration.backoffMax.nanosecondsClamped)
-        return min(cap, base << UInt64(min(attempt - 1, 30)))
-    }
-
     /// Logs an upload problem when uploads go from working to failing, not once per try (the reason may change
     /// from try to try, e.g. 503 then a reset; the recovery notice names the last one).
     private func logFailure(_ state: inout LoopState, _ reason: String) {
@@ -342,7 +342,7 @@ public final class Uploader: Sendable {
         state.failing = reason
         guard !wasFailing else { return }
         logger.warning("stallmon: upload failed; reports stay in the spool and will be retried", metadata: [
-            "endpoint": "\(UploadConfiguration.redacted(endpoint: endpoint))", "error": "\(reason)",
+            "endpoint": "\(endpointForLogs)", "error": "\(reason)",
         ])
     }
 

@@ -68,6 +68,7 @@ public struct Spool: Sendable {
     /// in-process uploader and a sidecar `stallmon upload --daemon` (or two processes) never send the same entries
     /// at once. Released when the value is released.
     public final class SendingLock: Sendable {
+        /// -1 for a lock that coordinates nothing (the lock file could not be opened).
         private let fd: Int32
 
         fileprivate init(fd: Int32) {
@@ -75,6 +76,7 @@ public struct Spool: Sendable {
         }
 
         deinit {
+            guard fd >= 0 else { return }
             _ = flock(fd, LOCK_UN)
             close(fd)
         }
@@ -82,16 +84,15 @@ public struct Spool: Sendable {
 
     /// Takes the sending lock without waiting: nil while another uploader holds it. A spool where the lock file
     /// cannot be created or opened (read-only, say) gets a lock that coordinates nothing, rather than no uploads.
-    func tryLockForSending() -> SendingLock?? {
+    func tryLockForSending() -> SendingLock? {
         let path = directory + "/.lock"
         var fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if fd < 0 { fd = open(path, O_RDONLY | O_CLOEXEC) }
-        guard fd >= 0 else { return .some(nil) }  // cannot coordinate: send anyway
-        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+        if fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 {
             close(fd)
             return nil  // another uploader is sending
         }
-        return .some(SendingLock(fd: fd))
+        return SendingLock(fd: fd)
     }
 
     /// The entries of `batch` that are still pending as the very files that were listed.
