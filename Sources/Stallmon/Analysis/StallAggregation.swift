@@ -13,8 +13,8 @@ enum StallAggregation {
         var top: StallReport.FrameSummary?
         if let hottest, let innermostInApp = hottest.frames.first(where: { frames.indices.contains($0) && frames[$0].inApp }) {
             let frame = frames[innermostInApp]
-            let (file, line) = location(of: key(frame), in: evidence, frames: frames)
-            top = StallReport.FrameSummary(symbol: key(frame), module: frame.module, file: file ?? frame.file,
+            let (file, line) = location(of: frame.functionKey, in: evidence, frames: frames)
+            top = StallReport.FrameSummary(symbol: frame.functionKey, module: frame.module, file: file ?? frame.file,
                                            line: line)
         }
         return (tree, hottest, top, hottest.map { signature($0.frames, frames: frames) })
@@ -31,7 +31,7 @@ enum StallAggregation {
         var seen = 0
         for stack in stacks {
             // Once per sample: the innermost frame of that function in it.
-            guard let index = stack.first(where: { table.indices.contains($0) && key(table[$0]) == function }) else {
+            guard let index = stack.first(where: { table.indices.contains($0) && table[$0].functionKey == function }) else {
                 continue
             }
             let frame = table[index]
@@ -46,11 +46,6 @@ enum StallAggregation {
             return (anyFile, nil)
         }
         return (best.file, best.line)
-    }
-
-    /// The function a frame belongs to (`StallReport.Frame.functionKey`).
-    static func key(_ frame: StallReport.Frame) -> String {
-        frame.functionKey
     }
 
     /// A sample of the loop waiting in epoll (the iteration ended just before the capture) is no evidence of a
@@ -75,7 +70,7 @@ enum StallAggregation {
         for stack in stacks {
             var node = root
             for index in stack.reversed() where table.indices.contains(index) {
-                let name = key(table[index])
+                let name = table[index].functionKey
                 let child: Node
                 if let existing = node.children[name] {
                     child = existing
@@ -133,7 +128,7 @@ enum StallAggregation {
         if chosen.isEmpty { chosen = valid }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for index in chosen.prefix(5) {
-            for byte in key(table[index]).utf8 {
+            for byte in table[index].functionKey.utf8 {
                 hash ^= UInt64(byte)
                 hash = hash &* 0x0000_0100_0000_01B3
             }

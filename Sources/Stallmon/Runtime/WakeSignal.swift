@@ -30,19 +30,19 @@ package final class WakeSignal: Sendable {
     /// Sleeps until `deadline` (CLOCK_MONOTONIC ns; nil: until woken) or a `wake()`, which it consumes. May return
     /// early on EINTR; callers re-check their state and clock.
     package func wait(until deadline: UInt64?) {
-        if fd < 0 {
-            let now = cstallmon_loop_monotonic_ns()
-            let pause = min(10_000_000, deadline.map { $0 > now ? $0 - now : 0 } ?? 10_000_000)
-            var request = timespec(tv_sec: 0, tv_nsec: Int(pause))
-            _ = nanosleep(&request, nil)
-            return
-        }
-        var timeout: Int64 = -1
+        var remaining: UInt64?  // nil: no deadline
         if let deadline {
             let now = cstallmon_loop_monotonic_ns()
             guard deadline > now else { return }
-            timeout = Int64(clamping: deadline - now)
+            remaining = deadline - now
         }
-        if cstallmon_wait_readable(fd, timeout) == 1 { _ = cstallmon_eventfd_drain(fd) }
+        guard fd >= 0 else {
+            var pause = timespec(tv_sec: 0, tv_nsec: Int(min(10_000_000, remaining ?? 10_000_000)))
+            _ = nanosleep(&pause, nil)
+            return
+        }
+        if cstallmon_wait_readable(fd, remaining.map { Int64(clamping: $0) } ?? -1) == 1 {
+            _ = cstallmon_eventfd_drain(fd)
+        }
     }
 }
