@@ -26,7 +26,8 @@ struct SymbolicatorTests {
         let report = try #require(readReports(directory).first)
         let spinning = report.frames.filter { $0.symbol?.contains("stallmonTestBusySpin") == true }
         #expect(!spinning.isEmpty)
-        #expect(spinning.contains { $0.line != nil }, "at least one sampled address has a line: \(spinning.map { "\($0.symbol ?? "") \($0.file ?? "-"):\($0.line ?? -1) inlined \($0.inlined ?? false)" })")
+        let described = spinning.map { "\($0.symbol ?? "") \($0.file ?? "-"):\($0.line ?? -1) inlined \($0.inlined ?? false)" }
+        #expect(spinning.contains { $0.line != nil }, "at least one sampled address has a line: \(described)")
         for ours in spinning {
             #expect(ours.inApp)
             let module = try #require(ours.module)

@@ -31,9 +31,8 @@ enum StallAggregation {
         var seen = 0
         for stack in stacks {
             // Once per sample: the innermost frame of that function in it.
-            guard let index = stack.first(where: { table.indices.contains($0) && table[$0].functionKey == function }) else {
-                continue
-            }
+            let ofFunction = stack.first { table.indices.contains($0) && table[$0].functionKey == function }
+            guard let index = ofFunction else { continue }
             let frame = table[index]
             guard let file = frame.file else { continue }
             anyFile = anyFile ?? file

@@ -54,7 +54,8 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
     public var spoolEnabled: Bool { spool ?? (endpoint != nil) }
 
     public var description: String {
-        "UploadConfiguration(endpoint: \(endpoint.map { Self.redacted(endpoint: $0) } ?? "none"), format: \(format.rawValue), spool: \(spoolEnabled), "
+        "UploadConfiguration(endpoint: \(endpoint.map { Self.redacted(endpoint: $0) } ?? "none"), "
+            + "format: \(format.rawValue), spool: \(spoolEnabled), "
             + "token: \(token == nil && tokenFile == nil ? "none" : "<redacted>"), headers: "
             + headers.map { "\($0.name): <redacted>" }.joined(separator: ", ") + ")"
     }

@@ -148,7 +148,10 @@ final class Watchdog: Sendable {
                         current?.snapshot.samples.append(sample)
                         if sample.handlerReplaced && !warnedAboutReplacedHandler {
                             warnedAboutReplacedHandler = true
-                            logger.error("stallmon: the sampling signal's handler was replaced by someone else; stalls are still timed, but no stack is captured and the signal is never sent", metadata: ["loop": "\(loop.name)", "signal": "\(configuration.signal)"])
+                            logger.error("""
+                                stallmon: the sampling signal's handler was replaced by someone else; stalls are still \
+                                timed, but no stack is captured and the signal is never sent
+                                """, metadata: ["loop": "\(loop.name)", "signal": "\(configuration.signal)"])
                         }
                         if sample.status != .ok && !sample.handlerReplaced && !warnedAboutBlockedSignal
                             && cstallmon_thread_blocks_signal(boundThread, cstallmon_installed_signal()) == 1

@@ -300,7 +300,10 @@ public final class Uploader: Sendable {
         }
         counters.deliveredNotRemoved.store(count, ordering: .relaxed)
         if state.removalFailing == nil {
-            logger.error("stallmon: delivered reports cannot be removed from the spool; they are not sent again, and their removal is retried", metadata: ["spool": "\(spool.pendingDirectory)", "error": "\(error)"])
+            logger.error("""
+                stallmon: delivered reports cannot be removed from the spool; they are not sent again, and their \
+                removal is retried
+                """, metadata: ["spool": "\(spool.pendingDirectory)", "error": "\(error)"])
         }
         scheduleRemovalRetry(&state, error: error)
     }
