@@ -8,7 +8,7 @@
 ///    a dependency, not the service: no; code DWARF calls `<compiler-generated>` (synthesized `$main`,
 ///    conformances): no;
 /// 5. otherwise, by image: the executable and libraries outside the system directories: yes.
-public struct InAppRules: Sendable, Equatable {
+public struct InAppRules: Sendable, Hashable {
     /// Swift module names whose code is always in-app (e.g. a dependency you consider your own).
     public var include: [String]
     /// Swift module names whose code is never in-app (e.g. a framework built from your own sources).

@@ -8,6 +8,10 @@ import Synchronization
 /// Why a monitor could not be created.
 public struct StallMonitorError: Error, CustomStringConvertible, Sendable {
     public let description: String
+
+    package init(description: String) {
+        self.description = description
+    }
 }
 
 /// Watches one `Looper` for stalls: loop iterations busy for longer than the threshold.
@@ -25,31 +29,19 @@ public struct StallMonitorError: Error, CustomStringConvertible, Sendable {
 /// and a writer thread symbolicates and writes one JSON report per stall plus `stall.begin` / `stall.end` lines to
 /// the event log. Failures to write are counted and logged once; they never reach the loop.
 ///
-/// Several loops can be monitored at once, each by its own monitor; all monitors in a process share one sampling
-/// signal.
+/// Several loops can be monitored at once, each by its own monitor. All monitors in a process share one sampling
+/// signal, and all monitors with the same report directory share one writer thread, symbolicator, event-log writer
+/// and each sink instance they were given (see the README's "One process, many loops").
 public final class StallMonitor: Sendable {
     /// The loop being watched.
     public let loop: Looper
     /// The validated configuration in effect.
     public let configuration: StallMonitorConfiguration
 
-    private let logger: Logger
-    private let probe: LoopProbe
-    private let binding = ThreadBinding()
-    private let counters = MonitorCounters()
-    private let annotations = IterationAnnotations()
-    private let writer: ReportWriter
-    private let watchdog: Watchdog
+    private let watch: LoopWatch
     /// Where written reports go next (StallmonUpload's `UploadSink`, or your own).
     public let sinks: [any StallReportSink]
-    private let state = Mutex<LifeCycle>(LifeCycle())
-    private let signalHeld = Atomic<Bool>(true)
-
-    private struct LifeCycle {
-        var started = false
-        var stopped = false
-        var observerToken: LooperObserverToken?
-    }
+    private let observerToken = Mutex<LooperObserverToken?>(nil)
 
     /// Validates `configuration` and takes the sampling signal. Throws when a value is invalid, the signal is
     /// already handled by someone else (the error names it), or the configuration asks for spooling or upload
@@ -59,42 +51,11 @@ public final class StallMonitor: Sendable {
     public init(loop: Looper, configuration: StallMonitorConfiguration = StallMonitorConfiguration(),
                 logger: Logger = Logger(label: "stallmon"),
                 sinks: [any StallReportSink] = []) throws(StallMonitorError) {
-        do {
-            try configuration.validate()
-        } catch {
-            throw StallMonitorError(description: error.description)
-        }
-        if configuration.upload.spoolEnabled && !sinks.contains(where: \.handlesUploadConfiguration) {
-            throw StallMonitorError(description: "the configuration asks for "
-                + (configuration.upload.endpoint != nil ? "upload (upload_endpoint)" : "spooling (spool = on)")
-                + " but no sink carries it out: link the StallmonUpload product and pass "
-                + "`sinks: [try UploadSink(configuration: configuration, logger: logger)]`")
-        }
-        let signalNumber: Int32
-        do {
-            signalNumber = try configuration.signal.resolve()
-        } catch {
-            throw StallMonitorError(description: error.description)
-        }
-        var message = [CChar](repeating: 0, count: 512)
-        guard cstallmon_install(signalNumber, &message, message.count) == 0 else {
-            let text = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            throw StallMonitorError(description: "cannot take the sampling signal: \(text)")
-        }
+        watch = try LoopWatch(name: loop.name, configuration: configuration, logger: logger, sinks: sinks,
+                              currentLabel: { loop.currentLabel.id })
         self.sinks = sinks
         self.loop = loop
         self.configuration = configuration
-        self.logger = logger
-        probe = LoopProbe(thresholdNanoseconds: UInt64(configuration.threshold.nanosecondsClamped))
-        writer = ReportWriter(configuration: configuration, logger: logger, counters: counters, loopName: loop.name,
-                              sinks: sinks)
-        watchdog = Watchdog(probe: probe, binding: binding, loop: loop, configuration: configuration,
-                            writer: writer, counters: counters, annotations: annotations, logger: logger)
-        if let failure = watchdog.setupError ?? writer.setupError {
-            cstallmon_release()
-            signalHeld.store(false, ordering: .relaxed)
-            throw StallMonitorError(description: "cannot create the monitor's wake-up eventfd: \(failure)")
-        }
     }
 
     deinit {
@@ -106,86 +67,50 @@ public final class StallMonitor: Sendable {
     /// already running, the capture is bound to its thread on the loop's next pass; otherwise at `entry`.
     /// Calling it again does nothing; a stopped monitor cannot be restarted (create a new one).
     public func start() {
-        let shouldStart = state.withLock { state in
-            guard !state.started, !state.stopped else { return false }
-            state.started = true
-            return true
-        }
-        guard shouldStart else { return }
-        let probe = probe
+        guard watch.start() else { return }
+        let probe = watch.loopProbe
         let token = loop.addObserver(
             for: [.entry, .afterWaiting, .beforeTimers, .beforeWaiting, .exit], order: Int.min
-        ) { [binding] activity, now in
+        ) { [watch] activity, now in
             // Compare raw bits: this runs on the loop thread several times per iteration.
             switch activity.rawValue {
             case LooperActivity.beforeTimers.rawValue: probe.passBegins(at: now.nanoseconds)
             case LooperActivity.beforeWaiting.rawValue: probe.loopIdles(at: now.nanoseconds)
             case LooperActivity.afterWaiting.rawValue: probe.loopWoke(at: now.nanoseconds)
-            case LooperActivity.entry.rawValue: StallMonitor.bindCurrentThread(binding)
+            case LooperActivity.entry.rawValue: watch.bindCurrentThread()
             default: probe.loopIdles(at: now.nanoseconds)  // exit
             }
         }
-        state.withLock { $0.observerToken = token }
+        observerToken.withLock { $0 = token }
+        if watch.isStopped { stop() }  // a concurrent stop() ran before the token was stored
         if loop.isRunning {
-            loop.perform(label: "stallmon.bind") { [binding] in StallMonitor.bindCurrentThread(binding) }
-        }
-        // The directory exists from the start, so `stallmon report DIR` says "No stalls recorded" for a service that
-        // never stalled rather than "no such directory". A failure is not logged here: every write retries it, and
-        // the writer logs it once, with the reports it drops.
-        try? AtomicFile.createDirectory(configuration.reportDirectory)
-        for sink in sinks { sink.start() }
-        writer.start()
-        if !watchdog.start() {
-            logger.error("stallmon: cannot start the watchdog thread; stalls will not be detected",
-                         metadata: ["loop": "\(loop.name)"])
+            loop.perform(label: "stallmon.bind") { [watch] in watch.bindCurrentThread() }
         }
     }
 
-    /// Stops watching: removes the observers, joins the watchdog (a stall in progress is written as ongoing) and
-    /// the writer (queued reports are written first), stops the sinks with up to 2 s each (StallmonUpload's
-    /// `UploadSink` sends what is pending meanwhile; the rest stays in the spool), and returns the capture slot.
-    /// Idempotent.
+    /// Stops watching: removes the observers, joins the watchdog (a stall in progress is written as ongoing), waits
+    /// until this loop's reports are written, stops the sinks no other monitor still uses with up to 2 s each
+    /// (StallmonUpload's `UploadSink` sends what is pending meanwhile; the rest stays in the spool), and returns the
+    /// capture slot. Idempotent.
     public func stop() {
-        let token: LooperObserverToken?? = state.withLock { state in
-            guard !state.stopped else { return nil }
-            state.stopped = true
-            return .some(state.observerToken)
+        if let token = observerToken.withLock({ token in
+            defer { token = nil }
+            return token
+        }) {
+            loop.removeObserver(token)
         }
-        guard let token else { return }
-        if let token { loop.removeObserver(token) }
-        watchdog.stop()
-        writer.stop()
-        for sink in sinks { sink.stop(deadline: .seconds(2)) }  // e.g. one last flush of what was just spooled
-        // Closed for good: a bind already running on the loop thread (entry, or the posted stallmon.bind) either
-        // lands before this and its slot is released here, or sees the binding closed and releases its own.
-        if let bound = binding.close(), bound.slot >= 0 { cstallmon_slot_release(bound.slot) }
-        if signalHeld.exchange(false, ordering: .relaxed) { cstallmon_release() }
+        watch.stop()
     }
 
     /// Attaches `key = value` to the loop iteration in progress (e.g. a request id); if that iteration stalls, its
     /// report carries them. Call it on the loop thread, from the work being done. Keeps at most 32 keys per
     /// iteration and 256 characters per value. Costs an uncontended lock, only when called.
     public func annotate(_ key: String, _ value: String) {
-        annotations.set(key, value, iteration: probe.currentIteration())
+        watch.annotate(key, value)
     }
 
     /// Counters since the monitor was created.
     public var statistics: StallMonitorStatistics {
-        counters.snapshot(longIterations: Int(probe.longIterationCount.load(ordering: .relaxed)))
-    }
-
-    /// On the loop thread, once per `run`: reserve a capture slot for this thread and warm libunwind up with one
-    /// capture of itself, so the first real capture does not pay for lazy initialisation.
-    private static func bindCurrentThread(_ binding: ThreadBinding) {
-        let tid = cstallmon_gettid()
-        if let bound = binding.load(), bound.tid == tid { return }
-        let slot = cstallmon_slot_acquire(tid)
-        let status = slot >= 0 ? cstallmon_warm_up(slot) : Int32(CSTALLMON_CAPTURE_NOT_READY.rawValue)
-        let (accepted, previous) = binding.replace(tid: tid, slot: slot, warmUpStatus: Int32(status))
-        if !accepted {
-            if slot >= 0 { cstallmon_slot_release(slot) }  // the monitor stopped while we bound
-        } else if let previous, previous.slot >= 0 {
-            cstallmon_slot_release(previous.slot)
-        }
+        watch.statistics
     }
 }

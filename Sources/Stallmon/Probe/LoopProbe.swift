@@ -10,7 +10,7 @@ import Synchronization
 /// (sequence + 1) / 2. `busySince` belongs to the current odd sequence, read seqlock-style. When an iteration
 /// ends having lasted at least the threshold, the loop also publishes it in the `long*` record (its own seqlock), so
 /// the watchdog learns the exact end time even if the loop has moved on by the time it looks.
-final class LoopProbe: Sendable {
+package final class LoopProbe: Sendable {
     let thresholdNanoseconds: UInt64
 
     private let sequence = Atomic<UInt64>(0)
@@ -32,7 +32,7 @@ final class LoopProbe: Sendable {
 
     /// afterWaiting: the loop woke up; everything until beforeWaiting is busy.
     @inline(__always)
-    func loopWoke(at now: UInt64) {
+    package func loopWoke(at now: UInt64) {
         endIteration(at: now)
         beginIteration(at: now)
         openedByWake.store(true, ordering: .relaxed)
@@ -41,7 +41,7 @@ final class LoopProbe: Sendable {
     /// beforeTimers: a new pass. It continues the interval opened by the wake-up, or, when the loop polled instead
     /// of sleeping, closes the previous pass and opens a new interval.
     @inline(__always)
-    func passBegins(at now: UInt64) {
+    package func passBegins(at now: UInt64) {
         if openedByWake.load(ordering: .relaxed) {
             openedByWake.store(false, ordering: .relaxed)
             return
@@ -52,7 +52,7 @@ final class LoopProbe: Sendable {
 
     /// beforeWaiting / exit: the busy interval ends.
     @inline(__always)
-    func loopIdles(at now: UInt64) {
+    package func loopIdles(at now: UInt64) {
         openedByWake.store(false, ordering: .relaxed)
         endIteration(at: now)
     }

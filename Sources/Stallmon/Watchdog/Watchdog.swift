@@ -13,9 +13,12 @@ import Synchronization
 final class Watchdog: Sendable {
     private let probe: LoopProbe
     private let binding: ThreadBinding
-    private let loop: Looper
+    private let loopName: String
+    /// The label of what the loop runs now (a `Looper`'s timer, source or block); 0 when the loop has none.
+    private let currentLabel: @Sendable () -> UInt32
     private let configuration: StallMonitorConfiguration
     private let writer: ReportWriter
+    private let client: ReportClient
     private let counters: MonitorCounters
     private let annotations: IterationAnnotations
     private let logger: Logger
@@ -27,18 +30,20 @@ final class Watchdog: Sendable {
     private let stallCounter: Counter
     private let stallDuration: Metrics.Timer
 
-    init(probe: LoopProbe, binding: ThreadBinding, loop: Looper, configuration: StallMonitorConfiguration,
-         writer: ReportWriter, counters: MonitorCounters, annotations: IterationAnnotations, logger: Logger) {
+    init(probe: LoopProbe, binding: ThreadBinding, loopName: String, currentLabel: @escaping @Sendable () -> UInt32,
+         writer: ReportWriter, client: ReportClient, annotations: IterationAnnotations) {
         self.probe = probe
         self.annotations = annotations
         self.binding = binding
-        self.loop = loop
-        self.configuration = configuration
+        self.loopName = loopName
+        self.currentLabel = currentLabel
+        self.configuration = client.configuration
         self.writer = writer
-        self.counters = counters
-        self.logger = logger
-        stallCounter = Counter(label: "stallmon_stalls_total", dimensions: [("loop", loop.name)])
-        stallDuration = Metrics.Timer(label: "stallmon_stall_duration", dimensions: [("loop", loop.name)])
+        self.client = client
+        self.counters = client.counters
+        self.logger = client.logger
+        stallCounter = Counter(label: "stallmon_stalls_total", dimensions: [("loop", loopName)])
+        stallDuration = Metrics.Timer(label: "stallmon_stall_duration", dimensions: [("loop", loopName)])
     }
 
     func start() -> Bool {
@@ -99,7 +104,7 @@ final class Watchdog: Sendable {
                 if freezes.observeWake(expected: expected, actual: now, runDelayGrowth: delayGrowth,
                                        minimum: freezeMinimum) {
                     counters.freezes.wrappingAdd(1, ordering: .relaxed)
-                    writer.submit(.frozen(loopName: loop.name, nanoseconds: now - expected))
+                    writer.submit(.frozen(loopName: loopName, nanoseconds: now - expected), from: client)
                 }
             }
             guard let bound = binding.load() else {
@@ -132,16 +137,16 @@ final class Watchdog: Sendable {
                     stallCounter.increment()
                     let wallNow = cstallmon_realtime_ns()
                     var snapshot = StallSnapshot(
-                        id: UUID().uuidString.lowercased(), loopName: loop.name, threadID: boundThread,
+                        id: UUID().uuidString.lowercased(), loopName: loopName, threadID: boundThread,
                         thresholdNanoseconds: detectorConfiguration.threshold, since: since,
                         sinceWall: wallNow - min(wallNow, now - since), durationNanoseconds: now - since,
                         durationExact: false, ongoing: true, elapsedAtDetection: now - since,
-                        labelID: loop.currentLabel.id, samples: [])
+                        labelID: currentLabel(), samples: [])
                     snapshot.annotations = annotations.values(for: iteration)
                     if let capturer { snapshot.samples.append(takeSample(capturer, tid: boundThread)) }
                     current = Current(snapshot: snapshot, lastSeenBusy: now,
                                       baseline: baseline?.iteration == iteration ? baseline : nil)
-                    writer.submit(.begin(snapshot))
+                    writer.submit(.begin(snapshot), from: client)
                 case .sample:
                     if let capturer, current != nil {
                         let sample = takeSample(capturer, tid: boundThread)
@@ -151,14 +156,14 @@ final class Watchdog: Sendable {
                             logger.error("""
                                 stallmon: the sampling signal's handler was replaced by someone else; stalls are still \
                                 timed, but no stack is captured and the signal is never sent
-                                """, metadata: ["loop": "\(loop.name)", "signal": "\(configuration.signal)"])
+                                """, metadata: ["loop": "\(loopName)", "signal": "\(configuration.signal)"])
                         }
                         if sample.status != .ok && !sample.handlerReplaced && !warnedAboutBlockedSignal
                             && cstallmon_thread_blocks_signal(boundThread, cstallmon_installed_signal()) == 1
                         {
                             warnedAboutBlockedSignal = true
                             logger.warning("stallmon: the loop thread blocks the sampling signal; stacks are missing",
-                                           metadata: ["loop": "\(loop.name)", "tid": "\(boundThread)"])
+                                           metadata: ["loop": "\(loopName)", "tid": "\(boundThread)"])
                         }
                     }
                     current?.lastSeenBusy = now
@@ -168,7 +173,7 @@ final class Watchdog: Sendable {
                     snapshot.frozenNanoseconds = freezes.overlap(start: snapshot.since, end: now)
                     snapshot.durationNanoseconds = now - snapshot.since - snapshot.frozenNanoseconds
                     describeThread(&snapshot, baseline: current?.baseline, now: now, tid: boundThread)
-                    writer.submit(.interim(snapshot))
+                    writer.submit(.interim(snapshot), from: client)
                 case .finish(let iteration, _):
                     guard var snapshot = current?.snapshot else { break }
                     var end = current?.lastSeenBusy ?? now
@@ -186,7 +191,7 @@ final class Watchdog: Sendable {
                     describeThread(&snapshot, baseline: current?.baseline, now: now, tid: boundThread,
                                    end: snapshot.durationExact ? end : nil)
                     stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
-                    writer.submit(.finish(snapshot))
+                    writer.submit(.finish(snapshot), from: client)
                     current = nil
                 }
             }
@@ -199,7 +204,7 @@ final class Watchdog: Sendable {
         if var snapshot = current?.snapshot {
             snapshot.durationNanoseconds = cstallmon_monotonic_ns() - snapshot.since
             describeThread(&snapshot, baseline: current?.baseline, now: cstallmon_monotonic_ns(), tid: boundThread)
-            writer.submit(.interim(snapshot))
+            writer.submit(.interim(snapshot), from: client)
         }
     }
 
@@ -226,7 +231,7 @@ final class Watchdog: Sendable {
 
     private func takeSample(_ capturer: StackCapturer, tid: Int32) -> RawSample {
         let state = ThreadStats.state(tid: tid)  // before the signal: in the handler the thread is always R
-        var sample = capturer.capture(labelID: loop.currentLabel.id)
+        var sample = capturer.capture(labelID: currentLabel())
         sample.threadState = state
         switch sample.status {
         case .ok: counters.samplesCaptured.wrappingAdd(1, ordering: .relaxed)
@@ -239,11 +244,11 @@ final class Watchdog: Sendable {
     private func reportThreadBinding(_ bound: ThreadBinding.Bound) {
         if bound.warmUpStatus != .ok {
             logger.warning("stallmon: warming up the capture on the loop thread failed; captures may time out",
-                           metadata: ["loop": "\(loop.name)", "status": "\(bound.warmUpStatus.rawValue)"])
+                           metadata: ["loop": "\(loopName)", "status": "\(bound.warmUpStatus.rawValue)"])
         }
         if cstallmon_thread_blocks_signal(bound.tid, cstallmon_installed_signal()) == 1 {
             logger.warning("stallmon: the loop thread blocks the sampling signal; stacks will be missing",
-                           metadata: ["loop": "\(loop.name)", "tid": "\(bound.tid)"])
+                           metadata: ["loop": "\(loopName)", "tid": "\(bound.tid)"])
         }
     }
 

@@ -23,12 +23,14 @@ public struct StallEvent: Codable, Sendable, Equatable {
     public var signature: String?
     /// True on a `stall.end` whose report was not written because its signature hit the rate limit.
     public var suppressed: Bool?
+    /// SwiftNIO event loops: `io` or `tasks`, as the report's `phase`.
+    public var phase: String?
 
     enum CodingKeys: String, CodingKey {
         case time, event, id, loop, tid, thresholdMs, elapsedMs, durationMs, label, topFrame, samples, report, count
         case message
         case stallClass = "class"
-        case signature, suppressed
+        case signature, suppressed, phase
     }
 
     public init(time: String, event: String) {

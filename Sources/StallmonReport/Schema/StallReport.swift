@@ -19,7 +19,7 @@ public struct StallReport: Codable, Sendable, Equatable {
     public var ongoing: Bool
     public var process: ProcessDescription
     public var thread: ThreadDescription
-    /// The `Looper`'s name.
+    /// The loop's name: the `Looper`'s name, or the SwiftNIO event loop's thread name (`NIO-ELT-0-#3`).
     public var loop: String
     public var thresholdMs: Double
     public var start: StartTime
@@ -53,6 +53,10 @@ public struct StallReport: Codable, Sendable, Equatable {
     public var annotations: [String: String]?
     /// Stalls of the same signature that got no report of their own since the previous one (rate limit).
     public var suppressedBefore: Int?
+    /// For a SwiftNIO event loop: the phase of the loop's tick the hottest stack ran in, `io` (the selector handing
+    /// readiness to channel handlers: `channelRead`, `channelActive`, accepts, writes) or `tasks` (`execute`,
+    /// scheduled tasks, future callbacks). Absent for a `Looper` and when no sample had a stack.
+    public var phase: String?
 
     /// Members every report has: a file without one of them is incomplete.
     static let requiredKeys = ["schema", "id", "ongoing", "process", "thread", "loop", "thresholdMs", "start",
@@ -62,7 +66,7 @@ public struct StallReport: Codable, Sendable, Equatable {
         case schema, id, ongoing, process, thread, loop, thresholdMs, start, durationMs, durationSource, label
         case topFrame, captures, samples, frames, images
         case stallClass = "class"
-        case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore
+        case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore, phase
     }
 
     public struct ThreadFigures: Codable, Sendable, Equatable {
@@ -263,7 +267,8 @@ public struct StallReport: Codable, Sendable, Equatable {
         hottestStack: HottestStack? = nil,
         callTree: [CallTreeNode]? = nil,
         annotations: [String: String]? = nil,
-        suppressedBefore: Int? = nil
+        suppressedBefore: Int? = nil,
+        phase: String? = nil
     ) {
         self.schema = schema
         self.id = id
@@ -289,5 +294,6 @@ public struct StallReport: Codable, Sendable, Equatable {
         self.callTree = callTree
         self.annotations = annotations
         self.suppressedBefore = suppressedBefore
+        self.phase = phase
     }
 }

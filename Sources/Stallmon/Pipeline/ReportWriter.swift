@@ -6,9 +6,9 @@ import StallmonLoop
 import StallmonReport
 import Synchronization
 
-/// The writer thread: symbolicates, writes reports atomically, appends to the event log. The watchdog hands it
-/// messages through a bounded queue and never waits for it; when the queue is full the report is dropped and
-/// counted rather than delaying detection.
+/// The writer thread of one `ReportPipeline`: symbolicates, writes reports atomically, appends to the event logs,
+/// hands reports to sinks. Watchdogs hand it messages through a bounded queue and never wait for it; when the queue
+/// is full the report is dropped and counted rather than delaying detection.
 final class ReportWriter: Sendable {
     enum Message: Sendable {
         case begin(StallSnapshot)
@@ -18,31 +18,33 @@ final class ReportWriter: Sendable {
         case frozen(loopName: String, nanoseconds: UInt64)
     }
 
-    static let queueLimit = 256
+    /// Room for a burst from many loops at once (16 loops × begin, interim and finish, with margin).
+    static let queueLimit = 1024
 
-    private let configuration: StallMonitorConfiguration
-    private let logger: Logger
-    private let counters: MonitorCounters
-    private let queue = Mutex<(messages: [Message], stopping: Bool)>(([], false))
+    let directory: String
+    private let queue = Mutex<Queue>(Queue())
     private let wakeSignal = WakeSignal()
+    /// Signalled whenever the writer finished a batch, for `flush()`.
+    private let progress = NSCondition()
+    /// Messages written so far (read under `progress`).
+    nonisolated(unsafe) private var processed: UInt64 = 0
     /// Why this thread's wake-up signal could not be created (the monitor then refuses to start).
     var setupError: FileError? { wakeSignal.creationError }
     private let thread = Mutex<PosixThread?>(nil)
-    private let written: Counter
-    private let dropped: Counter
-    private let sinks: [any StallReportSink]
+    /// Symbolicators this writer created: one per distinct set of in-app rules among its monitors.
+    let symbolicatorsCreated = Atomic<Int>(0)
 
-    init(configuration: StallMonitorConfiguration, logger: Logger, counters: MonitorCounters, loopName: String,
-         sinks: [any StallReportSink]) {
-        self.configuration = configuration
-        self.sinks = sinks
-        self.logger = logger
-        self.counters = counters
-        written = Counter(label: "stallmon_reports_written_total", dimensions: [("loop", loopName)])
-        dropped = Counter(label: "stallmon_reports_dropped_total", dimensions: [("loop", loopName)])
+    private struct Queue {
+        var messages: [(Message, ReportClient)] = []
+        var stopping = false
+        var accepted: UInt64 = 0
     }
 
-    func start() {
+    init(directory: String) {
+        self.directory = directory
+    }
+
+    func start(logger: Logger) {
         let started = PosixThread.start(name: "stallmon-writer") { [self] in run() }
         if started == nil { logger.error("stallmon: cannot start the report writer thread; reports will be dropped") }
         thread.withLock { $0 = started }
@@ -59,19 +61,34 @@ final class ReportWriter: Sendable {
         running?.join()
     }
 
-    /// Queues a message; never blocks. Returns false (and counts a drop) when the queue is full.
+    /// Returns once every message accepted before the call has been handled (or the writer thread is gone).
+    func flush() {
+        let target = queue.withLock { $0.accepted }
+        guard thread.withLock({ $0 != nil }) else { return }
+        wakeSignal.wake()
+        progress.lock()
+        defer { progress.unlock() }
+        while processed < target {
+            // Bounded, so a writer that died can never hang a monitor's stop.
+            if !progress.wait(until: Date(timeIntervalSinceNow: 1)) && thread.withLock({ $0 == nil }) { return }
+        }
+    }
+
+    /// Queues a message from `client`'s watchdog; never blocks. Returns false (and counts a drop) when the queue is
+    /// full.
     @discardableResult
-    func submit(_ message: Message) -> Bool {
+    func submit(_ message: Message, from client: ReportClient) -> Bool {
         let accepted = queue.withLock { state in
             guard state.messages.count < Self.queueLimit, !state.stopping else { return false }
-            state.messages.append(message)
+            state.messages.append((message, client))
+            state.accepted += 1
             return true
         }
         if accepted {
             wakeSignal.wake()
         } else if case .finish = message {
-            counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
-            dropped.increment()
+            client.counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
+            client.dropped.increment()
         }
         return accepted
     }
@@ -79,69 +96,89 @@ final class ReportWriter: Sendable {
     // MARK: - Writer thread
 
     private func run() {
-        var state = WriterState(configuration: configuration)
+        var state = WriterState()
         // Temporary files of writes a killed process never finished are not reports.
-        AtomicFile.removeAbandonedTemporaryFiles(in: configuration.reportDirectory)
-        applyRetention()
+        AtomicFile.removeAbandonedTemporaryFiles(in: directory)
         while true {
             wakeSignal.wait(until: nil)
             let (batch, stopping) = queue.withLock { state in
                 defer { state.messages.removeAll(keepingCapacity: true) }
                 return (state.messages, state.stopping)
             }
-            for message in batch { handle(message, state: &state) }
+            for (message, client) in batch {
+                if !state.retentionApplied {
+                    state.retentionApplied = true
+                    applyRetention(for: client)
+                }
+                handle(message, client: client, state: &state)
+            }
+            progress.lock()
+            processed += UInt64(batch.count)
+            progress.broadcast()
+            progress.unlock()
             if stopping && queue.withLock({ $0.messages.isEmpty }) { return }
         }
     }
 
     /// Writer-thread-only state.
     private struct WriterState {
-        let eventLog: EventLog
-        var builder: ReportBuilder?
+        /// One writer per event-log file.
+        var eventLogs: [String: EventLog] = [:]
+        /// One report builder (and symbolicator) per set of in-app rules; almost always exactly one.
+        var builders: [InAppRules: ReportBuilder] = [:]
         var failing: String?
         var failingDescription = ""
         /// Per sink: the last failure logged, until it succeeds again.
-        var sinkFailing: [Int: String] = [:]
+        var sinkFailing: [String: String] = [:]
         var droppedSinceFailure = 0
         var reportPaths: [String: String] = [:]
-        var limiter: SignatureRateLimiter
+        /// One limiter per configured limit: a signature counts across every loop of the pipeline.
+        var limiters: [Int: SignatureRateLimiter] = [:]
+        var retentionApplied = false
 
-        init(configuration: StallMonitorConfiguration) {
-            inAppRules = configuration.inApp
-            limiter = SignatureRateLimiter(limit: configuration.maxReportsPerSignaturePerHour,
-                                           window: 3600 * 1_000_000_000)
-            eventLog = EventLog(path: configuration.resolvedEventLogPath, maxBytes: configuration.eventLogMaxBytes,
-                                maxFiles: configuration.eventLogMaxFiles)
+        mutating func reportBuilder(for rules: InAppRules) -> ReportBuilder {
+            if let builder = builders[rules] { return builder }
+            let made = ReportBuilder(symbolicator: Symbolicator(inAppRules: rules))
+            builders[rules] = made
+            return made
         }
 
-        let inAppRules: InAppRules
-
-        mutating func reportBuilder() -> ReportBuilder {
-            if let builder { return builder }
-            let made = ReportBuilder(symbolicator: Symbolicator(inAppRules: inAppRules))
-            builder = made
+        mutating func eventLog(for configuration: StallMonitorConfiguration) -> EventLog {
+            let path = configuration.resolvedEventLogPath
+            if let log = eventLogs[path] { return log }
+            let made = EventLog(path: path, maxBytes: configuration.eventLogMaxBytes,
+                                maxFiles: configuration.eventLogMaxFiles)
+            eventLogs[path] = made
             return made
+        }
+
+        mutating func admit(_ signature: String, limit: Int, now: UInt64) -> (write: Bool, suppressedBefore: Int) {
+            var limiter = limiters[limit] ?? SignatureRateLimiter(limit: limit, window: 3600 * 1_000_000_000)
+            defer { limiters[limit] = limiter }
+            return limiter.admit(signature, now: now)
         }
     }
 
-    private func handle(_ message: Message, state: inout WriterState) {
+    private func handle(_ message: Message, client: ReportClient, state: inout WriterState) {
+        let counters = client.counters
         switch message {
         case .begin(let snapshot):
-            let report = state.reportBuilder().build(snapshot)
+            let report = build(snapshot, client: client, state: &state)
             var event = baseEvent("stall.begin", snapshot)
             event.elapsedMs = Double(snapshot.elapsedAtDetection) / 1e6
             event.topFrame = report.topFrame?.displayName
-            log(event, state: &state)
+            log(event, client: client, state: &state)
         case .interim(let snapshot):
-            let report = state.reportBuilder().build(snapshot)
-            if let path = persist(report, state: &state) {
+            let report = build(snapshot, client: client, state: &state)
+            if let path = persist(report, client: client, state: &state) {
                 counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed)
                 var event = baseEvent("stall.interim", snapshot)
                 event.durationMs = report.durationMs
                 event.topFrame = report.topFrame?.displayName
                 event.samples = report.samples.count
                 event.report = path
-                log(event, state: &state)
+                event.phase = report.phase
+                log(event, client: client, state: &state)
             }
         case .frozen(let loopName, let nanoseconds):
             var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
@@ -149,12 +186,13 @@ final class ReportWriter: Sendable {
             event.loop = loopName
             event.durationMs = Double(nanoseconds) / 1e6
             event.message = "the process did not run (SIGSTOP, debugger or VM pause); not counted as a stall"
-            log(event, state: &state)
+            log(event, client: client, state: &state)
         case .finish(let snapshot):
-            var report = state.reportBuilder().build(snapshot)
+            var report = build(snapshot, client: client, state: &state)
             // An interim report already on disk is always replaced by its final one.
             if state.reportPaths[snapshot.id] == nil, let signature = report.signature {
-                let decision = state.limiter.admit(signature, now: cstallmon_loop_monotonic_ns())
+                let decision = state.admit(signature, limit: client.configuration.maxReportsPerSignaturePerHour,
+                                           now: cstallmon_loop_monotonic_ns())
                 guard decision.write else {
                     counters.reportsSuppressed.wrappingAdd(1, ordering: .relaxed)
                     var event = baseEvent("stall.end", snapshot)
@@ -162,20 +200,21 @@ final class ReportWriter: Sendable {
                     event.topFrame = report.topFrame?.displayName
                     event.stallClass = report.stallClass
                     event.signature = signature
+                    event.phase = report.phase
                     event.suppressed = true
-                    log(event, state: &state)
+                    log(event, client: client, state: &state)
                     return
                 }
                 if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
             }
-            let path = persist(report, state: &state)
+            let path = persist(report, client: client, state: &state)
             if path != nil {
                 counters.reportsWritten.wrappingAdd(1, ordering: .relaxed)
-                written.increment()
-                applyRetention()
+                client.written.increment()
+                applyRetention(for: client)
             } else {
                 counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
-                dropped.increment()
+                client.dropped.increment()
             }
             var event = baseEvent("stall.end", snapshot)
             event.durationMs = report.durationMs
@@ -184,9 +223,17 @@ final class ReportWriter: Sendable {
             event.report = path
             event.stallClass = report.stallClass
             event.signature = report.signature
-            log(event, state: &state)
+            event.phase = report.phase
+            log(event, client: client, state: &state)
             state.reportPaths[snapshot.id] = nil
         }
+    }
+
+    private func build(_ snapshot: StallSnapshot, client: ReportClient, state: inout WriterState) -> StallReport {
+        if state.builders[client.configuration.inApp] == nil { symbolicatorsCreated.wrappingAdd(1, ordering: .relaxed) }
+        var report = state.reportBuilder(for: client.configuration.inApp).build(snapshot)
+        if let phaseOfReport = client.phaseOfReport { report.phase = phaseOfReport(report) }
+        return report
     }
 
     private func baseEvent(_ name: String, _ snapshot: StallSnapshot) -> StallEvent {
@@ -201,22 +248,23 @@ final class ReportWriter: Sendable {
 
     /// Writes the report (an interim one and its final replacement share a path). Returns the path, or nil after
     /// logging the failure once per change of state.
-    private func persist(_ report: StallReport, state: inout WriterState) -> String? {
+    private func persist(_ report: StallReport, client: ReportClient, state: inout WriterState) -> String? {
         let path = state.reportPaths[report.id] ?? reportPath(for: report)
         do {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .withoutEscapingSlashes]
             let bytes = Array(try encoder.encode(report))
-            try AtomicFile.createDirectory(configuration.reportDirectory)
+            try AtomicFile.createDirectory(directory)
             // Sinks get the durable file before it is published: a report visible in the directory has always
             // reached every sink (e.g. the spool), even if the process dies between the two steps.
             try AtomicFile.write(bytes, to: path) { durable in
-                handToSinks(WrittenStallReport(report: report, path: path, contentsPath: durable), state: &state)
+                handToSinks(WrittenStallReport(report: report, path: path, contentsPath: durable), client: client,
+                            state: &state)
             }
             state.reportPaths[report.id] = path
             if state.failing != nil {
-                logger.notice("stallmon: reports are being written again", metadata: [
-                    "directory": "\(configuration.reportDirectory)", "dropped": "\(state.droppedSinceFailure)",
+                client.logger.notice("stallmon: reports are being written again", metadata: [
+                    "directory": "\(directory)", "dropped": "\(state.droppedSinceFailure)",
                     "previousError": "\(state.failingDescription)",
                 ])
                 state.failing = nil
@@ -229,32 +277,32 @@ final class ReportWriter: Sendable {
             let key = (error as? FileError).map { "\($0.operation) \($0.errorNumber)" } ?? reason
             state.droppedSinceFailure += 1
             if state.failing != key {
-                logger.error("stallmon: cannot write stall reports; dropping them until this is fixed", metadata: [
-                    "directory": "\(configuration.reportDirectory)", "error": "\(reason)",
-                ])
+                client.logger.error("stallmon: cannot write stall reports; dropping them until this is fixed",
+                                    metadata: ["directory": "\(directory)", "error": "\(reason)"])
                 state.failing = key
                 state.failingDescription = reason
                 var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
                                        event: "monitor.error")
                 event.message = "cannot write stall reports: \(reason)"
-                log(event, state: &state)
+                log(event, client: client, state: &state)
             }
             return nil
         }
     }
 
-    /// Hands a written report to every sink; failures are logged once per sink and change of state (StallmonUpload's
-    /// sink leaves the report on disk for `stallmon upload` to pick up later).
-    private func handToSinks(_ written: WrittenStallReport, state: inout WriterState) {
-        for (index, sink) in sinks.enumerated() {
+    /// Hands a written report to every sink of the monitor that found the stall; failures are logged once per sink
+    /// and change of state (StallmonUpload's sink leaves the report on disk for `stallmon upload` to pick up later).
+    private func handToSinks(_ written: WrittenStallReport, client: ReportClient, state: inout WriterState) {
+        for (index, sink) in client.sinks.enumerated() {
+            let key = "\(ObjectIdentifier(client))/\(index)"
             do {
                 try sink.receive(written)
-                state.sinkFailing[index] = nil
+                state.sinkFailing[key] = nil
             } catch {
                 let reason = "\(error)"
-                if state.sinkFailing[index] != reason {
-                    state.sinkFailing[index] = reason
-                    logger.error("stallmon: a report sink failed", metadata: [
+                if state.sinkFailing[key] != reason {
+                    state.sinkFailing[key] = reason
+                    client.logger.error("stallmon: a report sink failed", metadata: [
                         "sink": "\(type(of: sink))", "report": "\(written.path)", "error": "\(reason)",
                     ])
                 }
@@ -262,38 +310,33 @@ final class ReportWriter: Sendable {
         }
     }
 
-    /// Removes the oldest reports beyond the retention limits (never one still queued for upload); counts them and
-    /// logs once per pass that removed any.
-    private func applyRetention() {
-        let limits = ReportRetention.Limits(maxCount: configuration.reportMaxCount,
-                                            maxBytes: configuration.reportMaxBytes,
-                                            maxAgeNanoseconds: UInt64(configuration.reportMaxAge.nanosecondsClamped))
-        let directory = configuration.reportDirectory
+    /// Removes the oldest reports beyond `client`'s retention limits (never one still queued for upload); counts
+    /// them and logs once per pass that removed any.
+    private func applyRetention(for client: ReportClient) {
+        let limits = client.retentionLimits
         let remove = ReportRetention.entriesToRemove(ReportRetention.list(directory), limits: limits,
                                                      now: WallClock.nowNanoseconds())
         guard !remove.isEmpty else { return }
         var removed = 0
         for entry in remove where unlink(directory + "/" + entry.name) == 0 { removed += 1 }
         try? AtomicFile.syncDirectory(directory)
-        counters.reportsRemovedByRetention.wrappingAdd(removed, ordering: .relaxed)
-        logger.notice("stallmon: removed old reports beyond the retention limits", metadata: [
+        client.counters.reportsRemovedByRetention.wrappingAdd(removed, ordering: .relaxed)
+        client.logger.notice("stallmon: removed old reports beyond the retention limits", metadata: [
             "directory": "\(directory)", "removed": "\(removed)", "oldest": "\(remove[0].name)",
-            "limits": "\(limits.maxCount) reports, \(limits.maxBytes) bytes, \(configuration.reportMaxAge)",
+            "limits": "\(limits.maxCount) reports, \(limits.maxBytes) bytes, \(client.configuration.reportMaxAge)",
         ])
     }
 
     private func reportPath(for report: StallReport) -> String {
         let stamp = report.start.wall.filter { $0 != "-" && $0 != ":" }
-        let directory = configuration.reportDirectory.hasSuffix("/")
-            ? String(configuration.reportDirectory.dropLast()) : configuration.reportDirectory
         return "\(directory)/stall-\(stamp)-\(report.id.prefix(8)).json"
     }
 
-    private func log(_ event: StallEvent, state: inout WriterState) {
+    private func log(_ event: StallEvent, client: ReportClient, state: inout WriterState) {
         do {
-            try state.eventLog.append(event)
+            try state.eventLog(for: client.configuration).append(event)
         } catch {
-            counters.eventsDropped.wrappingAdd(1, ordering: .relaxed)
+            client.counters.eventsDropped.wrappingAdd(1, ordering: .relaxed)
         }
     }
 }

@@ -1,0 +1,148 @@
+import CStallmonCapture
+import CStallmonLoopShims
+import Logging
+import StallmonReport
+import Synchronization
+
+/// The monitor of one loop thread, whatever kind of loop it is: the probe the loop stores its busy intervals into,
+/// the binding to the loop thread, and the watchdog; finished stalls go to the process's shared `ReportPipeline`.
+/// `StallMonitor` drives it from a `Looper`'s observers; StallmonNIO from an event loop's selector waits.
+package final class LoopWatch: Sendable {
+    package let name: String
+    package let configuration: StallMonitorConfiguration
+    private let probe: LoopProbe
+    private let binding = ThreadBinding()
+    private let counters = MonitorCounters()
+    private let annotations = IterationAnnotations()
+    private let client: ReportClient
+    private let pipeline: ReportPipeline
+    private let watchdog: Watchdog
+    private let state = Mutex<(started: Bool, stopped: Bool)>((false, false))
+    private let signalHeld = Atomic<Bool>(true)
+
+    /// Validates `configuration`, takes the sampling signal and joins the pipeline of its report directory.
+    /// `currentLabel` is read by the watchdog (the loop's label of the work in progress, 0 for none);
+    /// `phaseOfReport` names the phase of a finished report (nil: reports have none).
+    package init(name: String, configuration: StallMonitorConfiguration, logger: Logger,
+                 sinks: [any StallReportSink], currentLabel: @escaping @Sendable () -> UInt32 = { 0 },
+                 phaseOfReport: (@Sendable (StallReport) -> String?)? = nil) throws(StallMonitorError) {
+        do {
+            try configuration.validate()
+        } catch {
+            throw StallMonitorError(description: error.description)
+        }
+        if configuration.upload.spoolEnabled && !sinks.contains(where: \.handlesUploadConfiguration) {
+            throw StallMonitorError(description: "the configuration asks for "
+                + (configuration.upload.endpoint != nil ? "upload (upload_endpoint)" : "spooling (spool = on)")
+                + " but no sink carries it out: link the StallmonUpload product and pass "
+                + "`sinks: [try UploadSink(configuration: configuration, logger: logger)]`")
+        }
+        let signalNumber: Int32
+        do {
+            signalNumber = try configuration.signal.resolve()
+        } catch {
+            throw StallMonitorError(description: error.description)
+        }
+        var message = [CChar](repeating: 0, count: 512)
+        guard cstallmon_install(signalNumber, &message, message.count) == 0 else {
+            let text = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            throw StallMonitorError(description: "cannot take the sampling signal: \(text)")
+        }
+        self.name = name
+        self.configuration = configuration
+        probe = LoopProbe(thresholdNanoseconds: UInt64(configuration.threshold.nanosecondsClamped))
+        client = ReportClient(configuration: configuration, logger: logger, counters: counters, loopName: name,
+                              sinks: sinks, phaseOfReport: phaseOfReport)
+        do {
+            pipeline = try ReportPipeline.join(client)
+        } catch {
+            cstallmon_release()
+            throw StallMonitorError(
+                description: "cannot create the monitor's wake-up eventfd (report writer): \(error)")
+        }
+        watchdog = Watchdog(probe: probe, binding: binding, loopName: name, currentLabel: currentLabel,
+                            writer: pipeline.writer, client: client, annotations: annotations)
+        if let failure = watchdog.setupError {
+            pipeline.leave(client, sinksStarted: false, sinkDeadline: .zero)
+            cstallmon_release()
+            signalHeld.store(false, ordering: .relaxed)
+            throw StallMonitorError(description: "cannot create the monitor's wake-up eventfd: \(failure)")
+        }
+    }
+
+    deinit {
+        stop()
+    }
+
+    /// The probe the loop thread stores its busy intervals into.
+    package var loopProbe: LoopProbe { probe }
+
+    /// Starts the sinks not yet started and the watchdog thread. Returns false when it was already started or
+    /// stopped. Logs (once) when the watchdog thread cannot be created.
+    @discardableResult
+    package func start() -> Bool {
+        let shouldStart = state.withLock { state in
+            guard !state.started, !state.stopped else { return false }
+            state.started = true
+            return true
+        }
+        guard shouldStart else { return false }
+        // The directory exists from the start, so `stallmon report DIR` says "No stalls recorded" for a service that
+        // never stalled rather than "no such directory". A failure is not logged here: every write retries it, and
+        // the writer logs it once, with the reports it drops.
+        try? AtomicFile.createDirectory(configuration.reportDirectory)
+        pipeline.startSinks(of: client)
+        if !watchdog.start() {
+            client.logger.error("stallmon: cannot start the watchdog thread; stalls will not be detected",
+                                metadata: ["loop": "\(name)"])
+        }
+        return true
+    }
+
+    /// Joins the watchdog (a stall in progress is written as ongoing), waits until the pipeline wrote this loop's
+    /// reports, stops the sinks no other monitor uses (up to 2 s each) and returns the capture slot. Idempotent.
+    package func stop() {
+        let started: Bool? = state.withLock { state in
+            guard !state.stopped else { return nil }
+            state.stopped = true
+            return state.started
+        }
+        guard let started else { return }
+        watchdog.stop()
+        pipeline.leave(client, sinksStarted: started, sinkDeadline: .seconds(2))
+        // Closed for good: a bind already running on the loop thread either lands before this and its slot is
+        // released here, or sees the binding closed and releases its own.
+        if let bound = binding.close(), bound.slot >= 0 { cstallmon_slot_release(bound.slot) }
+        if signalHeld.exchange(false, ordering: .relaxed) { cstallmon_release() }
+    }
+
+    /// On the loop thread: reserve a capture slot for this thread and warm libunwind up with one capture of itself,
+    /// so the first real capture does not pay for lazy initialisation. Cheap when already bound to this thread.
+    package func bindCurrentThread() {
+        let tid = cstallmon_gettid()
+        if let bound = binding.load(), bound.tid == tid { return }
+        let slot = cstallmon_slot_acquire(tid)
+        let status = slot >= 0 ? cstallmon_warm_up(slot) : Int32(CSTALLMON_CAPTURE_NOT_READY.rawValue)
+        let (accepted, previous) = binding.replace(tid: tid, slot: slot, warmUpStatus: Int32(status))
+        if !accepted {
+            if slot >= 0 { cstallmon_slot_release(slot) }  // the monitor stopped while we bound
+        } else if let previous, previous.slot >= 0 {
+            cstallmon_slot_release(previous.slot)
+        }
+    }
+
+    /// True once `stop()` began.
+    package var isStopped: Bool { state.withLock { $0.stopped } }
+
+    /// The kernel thread id the capture is bound to, once the loop thread bound itself.
+    package var boundThreadID: Int32? { binding.load()?.tid }
+
+    /// See `StallMonitor.annotate`.
+    package func annotate(_ key: String, _ value: String) {
+        annotations.set(key, value, iteration: probe.currentIteration())
+    }
+
+    package var statistics: StallMonitorStatistics {
+        counters.snapshot(longIterations: Int(probe.longIterationCount.load(ordering: .relaxed)))
+    }
+}

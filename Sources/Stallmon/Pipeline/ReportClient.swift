@@ -1,0 +1,34 @@
+import Logging
+import Metrics
+import StallmonReport
+
+/// One monitor as the shared pipeline sees it: the settings its reports are written with, where its counters and
+/// log messages go, and the sinks its reports are handed to. Immutable; shared between the monitor's watchdog and
+/// the pipeline's writer thread.
+final class ReportClient: Sendable {
+    let configuration: StallMonitorConfiguration
+    let logger: Logger
+    let counters: MonitorCounters
+    let sinks: [any StallReportSink]
+    /// Names the loop phase a finished report's stack ran in (StallmonNIO: `io` / `tasks`); nil for a `Looper`.
+    let phaseOfReport: (@Sendable (StallReport) -> String?)?
+    let written: Counter
+    let dropped: Counter
+
+    init(configuration: StallMonitorConfiguration, logger: Logger, counters: MonitorCounters, loopName: String,
+         sinks: [any StallReportSink], phaseOfReport: (@Sendable (StallReport) -> String?)? = nil) {
+        self.configuration = configuration
+        self.logger = logger
+        self.counters = counters
+        self.sinks = sinks
+        self.phaseOfReport = phaseOfReport
+        written = Counter(label: "stallmon_reports_written_total", dimensions: [("loop", loopName)])
+        dropped = Counter(label: "stallmon_reports_dropped_total", dimensions: [("loop", loopName)])
+    }
+
+    /// The retention limits this monitor configured; applied after each report it writes.
+    var retentionLimits: ReportRetention.Limits {
+        ReportRetention.Limits(maxCount: configuration.reportMaxCount, maxBytes: configuration.reportMaxBytes,
+                               maxAgeNanoseconds: UInt64(configuration.reportMaxAge.nanosecondsClamped))
+    }
+}

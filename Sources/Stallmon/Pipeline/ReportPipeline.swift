@@ -1,0 +1,105 @@
+import Synchronization
+
+/// Everything downstream of the watchdogs, once per process and report directory: one writer thread, one
+/// symbolicator (libdw maps symbol tables and DWARF once, not once per loop), one event-log writer per file, and
+/// each sink started once however many monitors were given it.
+///
+/// Monitors join when they are created and leave when they stop; the pipeline lives while any monitor uses it and
+/// stops (queued reports written, writer thread joined) after the last one left. A monitor that joins later gets a
+/// fresh pipeline. Settings stay the monitor's own: each report is written with the configuration of the monitor
+/// that found the stall (event log, in-app rules, retention limits, rate limit, sinks).
+final class ReportPipeline: Sendable {
+    /// The report directory this pipeline writes to, as configured (without trailing slashes).
+    let directory: String
+    let writer: ReportWriter
+    private let members = Mutex<Members>(Members())
+
+    private struct Members {
+        var clients = 0
+        /// Sinks started by a member, by object identity, with how many started members use each.
+        var sinkUsers: [ObjectIdentifier: Int] = [:]
+    }
+
+    private static let registry = Mutex<[String: ReportPipeline]>([:])
+
+    /// How many pipelines have been created in this process (tests check that loops share one).
+    static let created = Atomic<Int>(0)
+
+    private init(directory: String) {
+        self.directory = directory
+        writer = ReportWriter(directory: directory)
+    }
+
+    /// The pipeline for `client`'s report directory, started if this is its first member. Throws when a new
+    /// pipeline's writer cannot get its wake-up eventfd.
+    static func join(_ client: ReportClient) throws(FileError) -> ReportPipeline {
+        let key = normalized(client.configuration.reportDirectory)
+        let result: Result<ReportPipeline, FileError> = registry.withLock { registry in
+            if let existing = registry[key] {
+                existing.members.withLock { $0.clients += 1 }
+                return .success(existing)
+            }
+            let made = ReportPipeline(directory: key)
+            if let failure = made.writer.setupError { return .failure(failure) }
+            made.members.withLock { $0.clients = 1 }
+            made.writer.start(logger: client.logger)
+            registry[key] = made
+            created.wrappingAdd(1, ordering: .relaxed)
+            return .success(made)
+        }
+        return try result.get()
+    }
+
+    /// The running pipeline of `directory`, if any monitor uses one.
+    static func existing(for directory: String) -> ReportPipeline? {
+        registry.withLock { $0[normalized(directory)] }
+    }
+
+    /// Starts those of `client`'s sinks that no other member started yet.
+    func startSinks(of client: ReportClient) {
+        let toStart = members.withLock { members in
+            client.sinks.filter { sink in
+                guard let key = Self.identity(of: sink) else { return true }
+                defer { members.sinkUsers[key, default: 0] += 1 }
+                return members.sinkUsers[key] == nil
+            }
+        }
+        for sink in toStart { sink.start() }
+    }
+
+    /// Leaves the pipeline: waits until everything `client` submitted is written, stops the sinks only it still
+    /// used (each within `sinkDeadline`), and stops the writer if it was the last member.
+    func leave(_ client: ReportClient, sinksStarted: Bool, sinkDeadline: Duration) {
+        writer.flush()
+        let toStop: [any StallReportSink] = sinksStarted ? members.withLock { members in
+            client.sinks.filter { sink in
+                guard let key = Self.identity(of: sink) else { return true }
+                let users = (members.sinkUsers[key] ?? 1) - 1
+                members.sinkUsers[key] = users > 0 ? users : nil
+                return users <= 0
+            }
+        } : []
+        let last = Self.registry.withLock { registry in
+            let remaining = members.withLock { members in
+                members.clients -= 1
+                return members.clients
+            }
+            if remaining == 0, registry[directory] === self { registry[directory] = nil }
+            return remaining == 0
+        }
+        if last { writer.stop() }
+        for sink in toStop { sink.stop(deadline: sinkDeadline) }
+    }
+
+    private static func normalized(_ directory: String) -> String {
+        var path = directory
+        while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
+        return path
+    }
+
+    /// A class instance is one sink however many monitors were given it; a value is its own sink each time.
+    private static func identity(of sink: any StallReportSink) -> ObjectIdentifier? {
+        guard type(of: sink) is AnyClass else { return nil }
+        return ObjectIdentifier(sink as AnyObject)
+    }
+}
