@@ -10,6 +10,8 @@ import PackageDescription
 //                   plugs into the monitor as a `StallReportSink`. The transport is behind the `Upload` trait (on by
 //                   default): a service that wants no HTTP client or TLS in its build depends with `traits: []`,
 //                   since SwiftPM builds every target of a dependency's package, used or not.
+//   StallmonNIO     monitors SwiftNIO event loops (any MultiThreadedEventLoopGroup, `.singleton` included) and runs a
+//                   monitor as a swift-service-lifecycle Service; behind the `NIO` trait (on by default)
 //   stallmon        the CLI (demo, report, show, tail, symbolicate, upload): links everything
 // C targets hold what Swift cannot do or import: CStallmonLoopShims (epoll, eventfd, timerfd), CStallmonCapture (the
 // signal handler and libunwind capture), CStallmonSymbols (libdw symbolication).
@@ -21,12 +23,15 @@ let package = Package(
         .library(name: "StallmonLoop", targets: ["StallmonLoop"]),
         .library(name: "StallmonReport", targets: ["StallmonReport"]),
         .library(name: "StallmonUpload", targets: ["StallmonUpload"]),
+        .library(name: "StallmonNIO", targets: ["StallmonNIO"]),
         .executable(name: "stallmon", targets: ["stallmon"]),
     ],
     traits: [
         .trait(name: "Upload", description: "In-process upload of reports over HTTP (async-http-client, SwiftNIO, "
             + "compress-nio): StallmonUpload's Uploader and `stallmon upload`. Without it, StallmonUpload spools only."),
-        .default(enabledTraits: ["Upload"]),
+        .trait(name: "NIO", description: "StallmonNIO: monitoring of SwiftNIO event loops (swift-nio, "
+            + "swift-service-lifecycle). Without it, StallmonNIO is empty."),
+        .default(enabledTraits: ["Upload", "NIO"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -35,6 +40,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/adam-fowler/compress-nio", from: "1.5.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         .target(
@@ -51,6 +57,8 @@ let package = Package(
             cSettings: [.define("_GNU_SOURCE")],
             linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf"), .linkedLibrary("stdc++")]
         ),
+        // Defines epoll_wait: timestamps around a SwiftNIO loop's selector waits (see its header for why).
+        .target(name: "CStallmonNIOHook", cSettings: [.define("_GNU_SOURCE")]),
         .target(
             name: "StallmonLoop",
             dependencies: ["CStallmonLoopShims"]
@@ -84,6 +92,21 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["Upload"])),
                 .product(name: "NIOHTTP1", package: "swift-nio", condition: .when(traits: ["Upload"])),
                 .product(name: "CompressNIO", package: "compress-nio", condition: .when(traits: ["Upload"])),
+            ]
+        ),
+        .target(
+            name: "StallmonNIO",
+            dependencies: [
+                "Stallmon",
+                "StallmonLoop",
+                "StallmonReport",
+                "CStallmonLoopShims",
+                .target(name: "CStallmonNIOHook", condition: .when(traits: ["NIO"])),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["NIO"])),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["NIO"])),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                         condition: .when(traits: ["NIO"])),
             ]
         ),
         .executableTarget(
@@ -125,6 +148,18 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
                 "StallmonTestSupport",
+            ]
+        ),
+        .testTarget(
+            name: "StallmonNIOTests",
+            dependencies: [
+                "StallmonNIO", "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonLoopShims", "StallmonTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(

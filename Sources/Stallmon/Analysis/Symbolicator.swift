@@ -224,11 +224,12 @@ final class Symbolicator {
         return String(name)
     }
 
-    static let ownModules = ["StallmonLoop", "Stallmon", "StallmonReport", "StallmonUpload"]
+    static let ownModules = ["StallmonLoop", "Stallmon", "StallmonReport", "StallmonUpload", "StallmonNIO"]
     /// Stallmon's own code and compiler glue, which is never where the user's work is.
-    static let ownPrefixes = ["StallmonLoop.", "Stallmon.", "StallmonReport.", "StallmonUpload.",
+    static let ownPrefixes = ["StallmonLoop.", "Stallmon.", "StallmonReport.", "StallmonUpload.", "StallmonNIO.",
                               "(extension in Stallmon)", "(extension in StallmonLoop)", "(extension in StallmonReport)",
-                              "cstallmon_", "partial apply for ", "reabstraction thunk", "thunk for ",
+                              "(extension in StallmonNIO)", "cstallmon_", "partial apply for ",
+                              "partial apply forwarder for ", "reabstraction thunk", "thunk for ",
                               "protocol witness for ", "_start", "__libc_start"]
     /// Code the compiler emits into every Swift binary: runtime entry points and helpers, value witnesses,
     /// metadata accessors, outlined copies.

@@ -1,0 +1,46 @@
+#if NIO
+import CStallmonNIOHook
+import NIOCore
+import Stallmon
+
+/// One event loop under watch: the loop's `LoopWatch` (probe, watchdog, capture binding) and the selector-wait hook
+/// installed on its thread, which stores each tick's busy interval into the probe.
+final class EventLoopWatch: Sendable {
+    let loop: any EventLoop
+    let watch: LoopWatch
+    /// The hook installed on the loop thread; this object holds the creator's reference until `close()`.
+    nonisolated(unsafe) private let hook: OpaquePointer
+
+    init(loop: any EventLoop, watch: LoopWatch) throws(StallMonitorError) {
+        let probe = Unmanaged.passRetained(watch.loopProbe).toOpaque()
+        guard let hook = cstallmon_wait_hook_create(
+            { context, now in Unmanaged<LoopProbe>.fromOpaque(context!).takeUnretainedValue().loopIdles(at: now) },
+            { context, now in Unmanaged<LoopProbe>.fromOpaque(context!).takeUnretainedValue().loopWoke(at: now) },
+            probe,
+            { context in Unmanaged<LoopProbe>.fromOpaque(context!).release() })
+        else {
+            Unmanaged<LoopProbe>.fromOpaque(probe).release()
+            throw StallMonitorError(description: "out of memory creating the selector hook of \(watch.name)")
+        }
+        self.loop = loop
+        self.watch = watch
+        self.hook = hook
+    }
+
+    /// On the loop thread: installs the hook and binds the capture to this thread. Returns an errno value or 0.
+    func installOnLoopThread() -> Int32 {
+        let result = cstallmon_wait_hook_install(hook)
+        if result == 0 { watch.bindCurrentThread() }
+        return result
+    }
+
+    /// Selector waits that began through the hook since it was installed.
+    var waitsSeen: UInt64 { cstallmon_wait_hook_waits(hook) }
+
+    /// Stops the hook's stores and gives up this side's reference; the loop thread drops its own when it exits or
+    /// another monitor installs a hook. Nothing is posted to the loop, which may be shut down already.
+    func close() {
+        cstallmon_wait_hook_close(hook)
+    }
+}
+#endif

@@ -1,0 +1,196 @@
+#if NIO
+import CStallmonLoopShims
+import CStallmonNIOHook
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+import NIOCore
+import NIOPosix
+import Stallmon
+import StallmonLoop
+import Synchronization
+
+/// Watches every event loop of a SwiftNIO `EventLoopGroup` for stalls: ticks busy for longer than the threshold,
+/// in the I/O phase (a `ChannelHandler` callback) as in the task phase (`execute`, scheduled tasks, future
+/// callbacks).
+///
+/// ```swift
+/// let monitor = try NIOStallMonitor(group: MultiThreadedEventLoopGroup.singleton,
+///                                   configuration: .init(threshold: .milliseconds(100)))
+/// monitor.start()
+/// ```
+///
+/// Each loop gets its own watchdog, named after its NIO thread (`NIO-ELT-0-#3`, `NIO-SGLTN-0-#1`). The loop pays
+/// two clock reads and a few relaxed stores per tick, taken around the selector's `epoll_wait` (README, "SwiftNIO
+/// event loops"); the watchdog samples a stalled loop's stack by signal, and reports, the event log, classes,
+/// signatures and rate limits are exactly those of a `Looper` stall, plus the `phase` (`io` / `tasks`).
+///
+/// Works with any group of `SelectableEventLoop`s on Linux: `MultiThreadedEventLoopGroup(numberOfThreads:)` and
+/// `.singleton` (Hummingbird 2's and Vapor 4's default). Not covered: work that is not on an event loop thread, such
+/// as `NIOAsyncChannel` consumers and other async code on Swift's cooperative pool.
+public final class NIOStallMonitor: Sendable {
+    /// The loops being watched, in the group's order.
+    public var loopNames: [String] { watches.map(\.watch.name) }
+    /// The validated configuration in effect.
+    public let configuration: StallMonitorConfiguration
+
+    private let watches: [EventLoopWatch]
+    private let state = Mutex<(started: Bool, stopped: Bool)>((false, false))
+
+    /// Loops some monitor watches, so a second monitor of the same group is refused rather than stealing the hook.
+    private static let monitoredLoops = Mutex<Set<ObjectIdentifier>>([])
+
+    /// Prepares a watch on every loop of `group`: validates `configuration`, takes the sampling signal, and runs a
+    /// set-up task on each loop thread (its kernel thread id and name, the selector hook, the capture binding),
+    /// waiting up to `setUpTimeout` for them. Call it off the group's loops (a loop of the group is set up inline).
+    ///
+    /// Throws when a value is invalid, the signal is taken, one of the loops is already watched by another
+    /// `NIOStallMonitor`, or a loop did not run its set-up task in time (a group already shut down: NIO then also
+    /// prints its own "Cannot schedule tasks" error; or a loop stalled for longer than `setUpTimeout`).
+    public init(group: any EventLoopGroup, configuration: StallMonitorConfiguration = StallMonitorConfiguration(),
+                logger: Logger = Logger(label: "stallmon"), sinks: [any StallReportSink] = [],
+                setUpTimeout: Duration = .seconds(5)) throws(StallMonitorError) {
+        var loops: [any EventLoop] = []
+        for loop in group.makeIterator() { loops.append(loop) }
+        let identities = loops.map { ObjectIdentifier($0) }
+        let clash = Self.monitoredLoops.withLock { monitored -> Bool in
+            guard monitored.isDisjoint(with: identities) else { return true }
+            monitored.formUnion(identities)
+            return false
+        }
+        if clash {
+            throw StallMonitorError(description: "this event loop group is already monitored by another "
+                + "NIOStallMonitor; stop that one first")
+        }
+        var made: [EventLoopWatch] = []
+        do throws(StallMonitorError) {
+            do {
+                try configuration.validate()
+            } catch {
+                throw StallMonitorError(description: error.description)
+            }
+            let threads = try Self.onEachLoop(loops, timeout: setUpTimeout) { _ in
+                (tid: cstallmon_loop_gettid(), name: Self.currentThreadName())
+            }
+            for (loop, thread) in zip(loops, threads) {
+                let name = thread.name.isEmpty ? "NIO-tid-\(thread.tid)" : thread.name
+                let watch = try LoopWatch(name: name, configuration: configuration, logger: logger, sinks: sinks,
+                                          phaseOfReport: EventLoopPhase.of)
+                made.append(try EventLoopWatch(loop: loop, watch: watch))
+            }
+            let watchesByLoop = made
+            let installed = try Self.onEachLoop(loops, timeout: setUpTimeout) { index in
+                watchesByLoop[index].installOnLoopThread()
+            }
+            if let failure = installed.first(where: { $0 != 0 }) {
+                throw StallMonitorError(description: "cannot install the selector hook on a loop thread: "
+                    + String(cString: strerror(failure)))
+            }
+            // The next selector wait after set-up must go through our epoll_wait; if NIO's calls bind elsewhere
+            // (NIOPosix linked as a shared library loaded before us), stalls would silently never be seen.
+            let deadline = cstallmon_loop_monotonic_ns() + UInt64(setUpTimeout.nanosecondsClamped)
+            while made.contains(where: { $0.waitsSeen == 0 }) && cstallmon_loop_monotonic_ns() < deadline {
+                usleep(1000)
+            }
+            if let blind = made.first(where: { $0.waitsSeen == 0 }) {
+                throw StallMonitorError(description: "the event loop \(blind.watch.name) does not wait through "
+                    + "stallmon's epoll_wait (is NIOPosix linked as a shared library?); it cannot be timed")
+            }
+        } catch {
+            for watch in made {
+                watch.close()
+                watch.watch.stop()
+            }
+            Self.monitoredLoops.withLock { $0.subtract(identities) }
+            throw error
+        }
+        self.configuration = configuration
+        watches = made
+    }
+
+    deinit {
+        stop()
+    }
+
+    /// Starts the watchdogs (and the sinks). Calling it again, or after `stop()`, does nothing.
+    public func start() {
+        let shouldStart = state.withLock { state in
+            guard !state.started, !state.stopped else { return false }
+            state.started = true
+            return true
+        }
+        guard shouldStart else { return }
+        for watch in watches { watch.watch.start() }
+    }
+
+    /// Stops watching: the hooks stop storing, the watchdogs are joined (a stall in progress is written as
+    /// ongoing), this monitor's reports are written and the sinks no other monitor uses are stopped (up to 2 s
+    /// each). Nothing is posted to the loops, so it works on a group already shut down. Blocks while it joins
+    /// threads: from async code, call it off the cooperative pool (`StallMonitorService` does). Idempotent.
+    public func stop() {
+        let shouldStop = state.withLock { state in
+            guard !state.stopped else { return false }
+            state.stopped = true
+            return true
+        }
+        guard shouldStop else { return }
+        for watch in watches { watch.close() }
+        for watch in watches { watch.watch.stop() }
+        let identities = watches.map { ObjectIdentifier($0.loop) }
+        Self.monitoredLoops.withLock { $0.subtract(identities) }
+    }
+
+    /// Attaches `key = value` to the tick in progress on the calling event loop (e.g. a request id); if that tick
+    /// stalls, its report carries them. Does nothing off the group's loops.
+    public func annotate(_ key: String, _ value: String) {
+        for watch in watches where watch.loop.inEventLoop {
+            watch.watch.annotate(key, value)
+            return
+        }
+    }
+
+    /// Counters per loop, by loop name.
+    public var statisticsByLoop: [String: StallMonitorStatistics] {
+        Dictionary(watches.map { ($0.watch.name, $0.watch.statistics) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// Runs `body` on every loop thread (inline for the calling loop) and returns its results in loop order, or
+    /// throws naming the loops that did not run it within `timeout`.
+    private static func onEachLoop<Result: Sendable>(
+        _ loops: [any EventLoop], timeout: Duration, _ body: @escaping @Sendable (Int) -> Result
+    ) throws(StallMonitorError) -> [Result] {
+        let results = Mutex<[Int: Result]>([:])
+        let finished = NSCondition()
+        for (index, loop) in loops.enumerated() {
+            let task: @Sendable () -> Void = {
+                let value = body(index)
+                finished.lock()
+                results.withLock { $0[index] = value }
+                finished.broadcast()
+                finished.unlock()
+            }
+            if loop.inEventLoop { task() } else { loop.execute(task) }
+        }
+        let deadline = Date(timeIntervalSinceNow: Double(timeout.components.seconds)
+            + Double(timeout.components.attoseconds) / 1e18)
+        finished.lock()
+        while results.withLock({ $0.count }) < loops.count && finished.wait(until: deadline) {}
+        finished.unlock()
+        let collected = results.withLock { $0 }
+        guard collected.count == loops.count else {
+            let missing = loops.indices.filter { collected[$0] == nil }.map { "\(loops[$0])" }
+            throw StallMonitorError(description: "event loop(s) did not run stallmon's set-up task within "
+                + "\(timeout) (group shut down, or the loop stalled): \(missing.joined(separator: ", "))")
+        }
+        return loops.indices.map { collected[$0]! }
+    }
+
+    private static func currentThreadName() -> String {
+        var buffer = [CChar](repeating: 0, count: 64)
+        guard cstallmon_current_thread_name(&buffer, buffer.count) == 0 else { return "" }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+#endif
