@@ -125,9 +125,12 @@ let package = Package(
         .executableTarget(
             name: "stallmon-bench",
             dependencies: [
-                "Stallmon", "StallmonLoop", "StallmonReport", "StallmonUpload", "CStallmonCapture",
+                "Stallmon", "StallmonLoop", "StallmonReport", "StallmonUpload", "StallmonNIO", "CStallmonCapture",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .testTarget(name: "StallmonLoopTests", dependencies: ["StallmonLoop"]),

@@ -12,6 +12,7 @@ missing=()
 command -v eu-stack >/dev/null || missing+=(elfutils)
 command -v gdb >/dev/null || missing+=(gdb)
 command -v addr2line >/dev/null || missing+=(binutils)
+command -v wrk >/dev/null || missing+=(wrk)
 if ((${#missing[@]} > 0)); then
     sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
     echo "bench: installing ${missing[*]}" >&2

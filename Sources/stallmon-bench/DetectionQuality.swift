@@ -115,7 +115,7 @@ struct DetectionQuality {
 
     /// Matches detections to injected stalls: a detection belongs to the injected iteration whose span holds its
     /// declaration time (or the start it names).
-    private func score(_ injected: [Injected], _ detections: [Detection])
+    func score(_ injected: [Injected], _ detections: [Detection])
         -> (recall: Double, precision: Double, delays: [Double], errors: [Double])
     {
         var matched = Set<Int>()
@@ -142,7 +142,8 @@ struct DetectionQuality {
 
 /// The baseline: a thread posts a block every P ms and declares a stall when one has not run within the threshold.
 final class HeartbeatProbe: @unchecked Sendable {
-    private let loop: Looper
+    /// Posts a block to the watched loop (`Looper.perform`, or a NIO loop's `execute`).
+    private let post: @Sendable (@escaping @Sendable () -> Void) -> Void
     private let everyNanoseconds: UInt64
     private let thresholdNanoseconds: UInt64
     private let stopping = Atomic<Bool>(false)
@@ -151,8 +152,13 @@ final class HeartbeatProbe: @unchecked Sendable {
     private var thread: Thread?
     private let done = DispatchSemaphore(value: 0)
 
-    init(loop: Looper, everyMs: Double, thresholdMs: Double) {
-        self.loop = loop
+    convenience init(loop: Looper, everyMs: Double, thresholdMs: Double) {
+        self.init(post: { block in loop.perform(label: "heartbeat", block) }, everyMs: everyMs,
+                  thresholdMs: thresholdMs)
+    }
+
+    init(post: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void, everyMs: Double, thresholdMs: Double) {
+        self.post = post
         everyNanoseconds = UInt64(everyMs * 1e6)
         thresholdNanoseconds = UInt64(thresholdMs * 1e6)
     }
@@ -168,7 +174,7 @@ final class HeartbeatProbe: @unchecked Sendable {
             while !stopping.load(ordering: .relaxed) {
                 let posted = nowNanoseconds()
                 let ranAt = Atomic<UInt64>(0)
-                loop.perform(label: "heartbeat") { ranAt.store(nowNanoseconds(), ordering: .relaxed) }
+                post { ranAt.store(nowNanoseconds(), ordering: .relaxed) }
                 var declared: UInt64?
                 while ranAt.load(ordering: .relaxed) == 0 && !stopping.load(ordering: .relaxed) {
                     usleep(1000)

@@ -37,8 +37,8 @@ struct Run: ParsableCommand {
     @Option(help: "Where to write the figures as JSON.")
     var output = "bench-results.json"
 
-    @Option(help: "Sections to run: loop, capture, detection, reports, upload, memory.")
-    var sections = "loop,capture,detection,reports,upload,memory"
+    @Option(help: "Sections to run: loop, capture, detection, reports, upload, memory, nio.")
+    var sections = "loop,capture,detection,reports,upload,memory,nio"
 
     @Option(help: "Report counts for `stallmon report` scale.")
     var reportScale = "1000,10000,100000"
@@ -88,6 +88,7 @@ struct Run: ParsableCommand {
             try UploadThroughput(quick: quick, scratch: scratch, receiver: receiver, logger: logger).run(results)
         }
         if chosen.contains("memory") { try MemoryFootprint(scratch: scratch, logger: logger).run(results) }
+        if chosen.contains("nio") { try NIOEventLoops(quick: quick, scratch: scratch, logger: logger).run(results) }
 
         struct Document: Encodable {
             var date: String

@@ -67,6 +67,8 @@ struct PackageProductsTests {
             } else if let lines = current, line == "```" {
                 current = nil
                 guard !(lines.first ?? "").hasPrefix("// Package.swift") else { continue }
+                // StallmonNIO snippets need the NIO trait; StallmonNIOTests compiles them (ReadmeSnippets.swift).
+                guard !lines.contains("import StallmonNIO") else { continue }
                 let imports = lines.filter { $0.hasPrefix("import ") }
                 let body = lines.filter { !$0.hasPrefix("import ") }
                 let index = snippets.count

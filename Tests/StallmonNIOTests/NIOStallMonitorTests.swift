@@ -12,11 +12,24 @@ import Testing
 @Suite(.serialized)
 struct NIOStallMonitorTests {
     static let threshold = 80
-    /// What a tick may add to the stalling code's own time in a debug build under test load, in ms.
-    static let slack = 5.0
+    /// Under the threshold with room for the CPU contention of a parallel test run (the bench measures stalls just
+    /// under the threshold, on a quiet machine).
+    static let nearMiss = 40
+    /// What a tick may add to the stalling code's own time, in ms: the rest of the tick's work in a debug build
+    /// (5 ms), plus the time the loop thread waited for a CPU (the report's `runDelayMs`), which a parallel test run
+    /// on 2 cores can add after the stalling code measured itself and before the loop reached epoll_wait.
+    static func slack(_ report: StallReport) -> Double {
+        5.0 + (report.threadStats?.runDelayMs ?? 0)
+    }
 
     func configuration(_ directory: String) -> StallMonitorConfiguration {
         StallMonitorConfiguration(threshold: .milliseconds(Self.threshold), reportDirectory: directory)
+    }
+
+    /// A CPU-bound stall beside other tests on 2 cores may spend most of its time waiting for a CPU: `starved` is
+    /// then the true class. A blocked stall must be `blocked`.
+    static func matches(_ found: StallClass?, _ expected: StallClass) -> Bool {
+        found == expected || (expected == .cpu && found == .starved)
     }
 
     /// Waits for the reports of `count` stalls (final ones) or 5 s.
@@ -44,7 +57,7 @@ struct NIOStallMonitorTests {
             holder.start()
             usleep(20_000)
             #expect(httpGet(port: port, path: "/lock").contains("200"))
-            for _ in 0..<5 { #expect(httpGet(port: port, path: "/spin?ms=\(Self.threshold - 25)").contains("200")) }
+            for _ in 0..<5 { #expect(httpGet(port: port, path: "/spin?ms=\(Self.nearMiss)").contains("200")) }
         }
         let found = reports(in: directory, count: 3)
         try server.close()
@@ -62,12 +75,13 @@ struct NIOStallMonitorTests {
             #expect(report.loop == own.thread, "reported on \(report.loop), ran on \(own.thread)")
             #expect(report.loop.hasPrefix(which == "singleton" ? "NIO-SGLTN-" : "NIO-ELT-"))
             #expect(report.phase == "io", "\(path)")
-            #expect(report.stallClass == expectedClass, "\(path): \(String(describing: report.stallClass))")
+            #expect(Self.matches(report.stallClass, expectedClass), "\(path): \(String(describing: report.stallClass))")
             #expect(report.durationSource == "loop")
             // The tick also reads, decodes and answers the request (unoptimized NIO in a debug build, beside other
             // tests): the report may exceed the handler's own figure by that, never fall short of it. The release
             // figure (p99 error against the injected stall) is the bench's (scripts/bench.sh, section nio).
-            #expect(report.durationMs >= own.milliseconds && report.durationMs - own.milliseconds <= Self.slack,
+            #expect(report.durationMs >= own.milliseconds
+                        && report.durationMs - own.milliseconds <= Self.slack(report),
                     "\(path): reported \(report.durationMs) ms, the handler measured \(own.milliseconds) ms")
         }
     }
@@ -84,7 +98,7 @@ struct NIOStallMonitorTests {
         try loop.scheduleTask(in: .milliseconds(10)) {
             measured.withLock { $0.append(stallInScheduledTask(milliseconds: 150)) }
         }.futureResult.wait()
-        try loop.submit { _ = stallInExecutedTask(milliseconds: Double(Self.threshold - 25)) }.wait()
+        try loop.submit { _ = stallInExecutedTask(milliseconds: Double(Self.nearMiss)) }.wait()
         let found = reports(in: directory, count: 2)
         monitor.stop()
         #expect(found.count == 2)
@@ -94,8 +108,9 @@ struct NIOStallMonitorTests {
             })
             #expect(report.topFrame?.symbol.contains("spinOnTheLoop") == true)
             #expect(report.phase == "tasks")
-            #expect(report.stallClass == .cpu)
-            #expect(report.durationMs >= own && report.durationMs - own <= Self.slack, "\(report.durationMs) vs \(own)")
+            #expect(Self.matches(report.stallClass, .cpu))
+            #expect(report.durationMs >= own && report.durationMs - own <= Self.slack(report),
+                    "\(report.durationMs) vs \(own)")
             #expect(report.loop.hasPrefix("NIO-ELT-"))
         }
     }

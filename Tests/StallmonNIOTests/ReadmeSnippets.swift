@@ -1,0 +1,33 @@
+// The README's StallmonNIO snippets, compiled here as written (never run): `ReadmeSnippetTests` checks that
+// each snippet of the README that imports StallmonNIO appears below verbatim, so the README cannot drift.
+// Regenerate by copying a changed snippet's body into its function.
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import Stallmon
+import StallmonNIO
+
+func readmeNIOSnippet0() throws {
+
+// Hummingbird 2 and Vapor 4 run on MultiThreadedEventLoopGroup.singleton unless you give them a group of your own;
+// monitor the group your server runs on.
+let configuration = try StallMonitorConfiguration.load(file: "/etc/myservice/stallmon.conf")
+let monitor = try NIOStallMonitor(group: MultiThreadedEventLoopGroup.singleton, configuration: configuration,
+                                  logger: Logger(label: "myservice.stallmon"))
+// In a ServiceGroup, after your application's services (a group stops services in reverse order, so the monitor
+// still watches while the application drains); or call monitor.start() and monitor.stop() yourself.
+let services = ServiceGroup(services: [/* app, */ StallMonitorService(monitor)], logger: Logger(label: "myservice"))
+_ = services
+}
+
+func readmeNIOSnippet1() throws {
+
+// Plain NIO, a group of your own.
+let group = MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
+let monitor = try NIOStallMonitor(group: group, configuration: .init(threshold: .milliseconds(100)))
+monitor.start()
+// ... ServerBootstrap(group: group) ...
+monitor.stop()  // joins threads: from async code, call it off the cooperative pool (StallMonitorService does)
+try group.syncShutdownGracefully()
+}
