@@ -94,10 +94,14 @@ struct NIOStallMonitorTests {
         monitor.start()
         let loop = group.next()
         let measured = Mutex<[Double]>([])
+        // Each submission waits for the loop to go back to epoll_wait first: NIO runs a task queued while a tick
+        // is still running in that same tick, which would then (rightly) be one longer stall.
         try loop.submit { measured.withLock { $0.append(stallInExecutedTask(milliseconds: 150)) } }.wait()
+        usleep(20_000)
         try loop.scheduleTask(in: .milliseconds(10)) {
             measured.withLock { $0.append(stallInScheduledTask(milliseconds: 150)) }
         }.futureResult.wait()
+        usleep(20_000)
         try loop.submit { _ = stallInExecutedTask(milliseconds: Double(Self.nearMiss)) }.wait()
         let found = reports(in: directory, count: 2)
         monitor.stop()
