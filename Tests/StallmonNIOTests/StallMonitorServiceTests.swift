@@ -20,8 +20,12 @@ struct StallMonitorServiceTests {
                                     cancellationSignals: [], logger: Logger(label: "test"))
         let running = Task { try await services.run() }
         try await Task.sleep(for: .milliseconds(100))
-        let stall = group.next().submit { _ = stallInExecutedTask(milliseconds: 500) }
-        try await Task.sleep(for: .milliseconds(250))
+        let stall = group.next().submit { _ = stallInExecutedTask(milliseconds: 3000) }
+        // Shut down once the stall has been detected (the event log says so), however loaded the machine is.
+        for _ in 0..<200 where !((try? String(contentsOfFile: directory + "/events.jsonl", encoding: .utf8)) ?? "")
+            .contains("stall.begin") {
+            try await Task.sleep(for: .milliseconds(10))
+        }
         await services.triggerGracefulShutdown()
         try await running.value
         let reports = readReports(directory)
