@@ -22,9 +22,6 @@ final class ReportPipeline: Sendable {
 
     private static let registry = Mutex<[String: ReportPipeline]>([:])
 
-    /// How many pipelines have been created in this process (tests check that loops share one).
-    static let created = Atomic<Int>(0)
-
     private init(directory: String) {
         self.directory = directory
         writer = ReportWriter(directory: directory)
@@ -42,9 +39,8 @@ final class ReportPipeline: Sendable {
             let made = ReportPipeline(directory: key)
             if let failure = made.writer.setupError { return .failure(failure) }
             made.members.withLock { $0.clients = 1 }
-            made.writer.start(logger: client.logger)
+            made.writer.start(firstClient: client)
             registry[key] = made
-            created.wrappingAdd(1, ordering: .relaxed)
             return .success(made)
         }
         return try result.get()

@@ -44,9 +44,13 @@ final class ReportWriter: Sendable {
         self.directory = directory
     }
 
-    func start(logger: Logger) {
-        let started = PosixThread.start(name: "stallmon-writer") { [self] in run() }
-        if started == nil { logger.error("stallmon: cannot start the report writer thread; reports will be dropped") }
+    /// Starts the writer thread, which first sweeps abandoned temporary files and applies `firstClient`'s retention
+    /// limits to what earlier runs left, so a service that never stalls still keeps its directory within them.
+    func start(firstClient: ReportClient) {
+        let started = PosixThread.start(name: "stallmon-writer") { [self] in run(firstClient: firstClient) }
+        if started == nil {
+            firstClient.logger.error("stallmon: cannot start the report writer thread; reports will be dropped")
+        }
         thread.withLock { $0 = started }
     }
 
@@ -95,23 +99,18 @@ final class ReportWriter: Sendable {
 
     // MARK: - Writer thread
 
-    private func run() {
+    private func run(firstClient: ReportClient) {
         var state = WriterState()
         // Temporary files of writes a killed process never finished are not reports.
         AtomicFile.removeAbandonedTemporaryFiles(in: directory)
+        applyRetention(for: firstClient)
         while true {
             wakeSignal.wait(until: nil)
             let (batch, stopping) = queue.withLock { state in
                 defer { state.messages.removeAll(keepingCapacity: true) }
                 return (state.messages, state.stopping)
             }
-            for (message, client) in batch {
-                if !state.retentionApplied {
-                    state.retentionApplied = true
-                    applyRetention(for: client)
-                }
-                handle(message, client: client, state: &state)
-            }
+            for (message, client) in batch { handle(message, client: client, state: &state) }
             progress.lock()
             processed += UInt64(batch.count)
             progress.broadcast()
@@ -134,7 +133,6 @@ final class ReportWriter: Sendable {
         var reportPaths: [String: String] = [:]
         /// One limiter per configured limit: a signature counts across every loop of the pipeline.
         var limiters: [Int: SignatureRateLimiter] = [:]
-        var retentionApplied = false
 
         mutating func reportBuilder(for rules: InAppRules) -> ReportBuilder {
             if let builder = builders[rules] { return builder }
