@@ -124,8 +124,3 @@ void cstallmon_wait_hook_close(cstallmon_wait_hook *hook) {
 uint64_t cstallmon_wait_hook_waits(const cstallmon_wait_hook *hook) {
     return atomic_load_explicit(&((cstallmon_wait_hook *)hook)->waits, memory_order_relaxed);
 }
-
-// Not async-signal-safe.
-int cstallmon_current_thread_name(char *buffer, size_t size) {
-    return pthread_getname_np(pthread_self(), buffer, size);
-}

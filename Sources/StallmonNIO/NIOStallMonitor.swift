@@ -1,10 +1,6 @@
 #if NIO
 import CStallmonLoopShims
-import CStallmonNIOHook
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 import Logging
 import NIOCore
 import NIOPosix
@@ -43,7 +39,7 @@ public final class NIOStallMonitor: Sendable {
     private static let monitoredLoops = Mutex<Set<ObjectIdentifier>>([])
 
     /// Prepares a watch on every loop of `group`: validates `configuration`, takes the sampling signal, and runs a
-    /// set-up task on each loop thread (its kernel thread id and name, the selector hook, the capture binding),
+    /// set-up task on each loop thread (its kernel thread id, the selector hook, the capture binding),
     /// waiting up to `setUpTimeout` for them. Call it off the group's loops (a loop of the group is set up inline).
     ///
     /// Throws when a value is invalid, the signal is taken, one of the loops is already watched by another
@@ -66,16 +62,11 @@ public final class NIOStallMonitor: Sendable {
         }
         var made: [EventLoopWatch] = []
         do throws(StallMonitorError) {
-            do {
-                try configuration.validate()
-            } catch {
-                throw StallMonitorError(description: error.description)
-            }
-            let threads = try Self.onEachLoop(loops, timeout: setUpTimeout) { _ in
-                (tid: cstallmon_loop_gettid(), name: Self.currentThreadName())
-            }
-            for (loop, thread) in zip(loops, threads) {
-                let name = thread.name.isEmpty ? "NIO-tid-\(thread.tid)" : thread.name
+            try LoopWatch.check(configuration, sinks: sinks)
+            let threadIDs = try Self.onEachLoop(loops, timeout: setUpTimeout) { _ in cstallmon_loop_gettid() }
+            for (loop, tid) in zip(loops, threadIDs) {
+                let nioName = threadName(of: tid)
+                let name = nioName.isEmpty ? "NIO-tid-\(tid)" : nioName
                 let watch = try LoopWatch(name: name, configuration: configuration, logger: logger, sinks: sinks,
                                           phaseOfReport: EventLoopPhase.of)
                 made.append(try EventLoopWatch(loop: loop, watch: watch))
@@ -173,8 +164,7 @@ public final class NIOStallMonitor: Sendable {
             }
             if loop.inEventLoop { task() } else { loop.execute(task) }
         }
-        let deadline = Date(timeIntervalSinceNow: Double(timeout.components.seconds)
-            + Double(timeout.components.attoseconds) / 1e18)
+        let deadline = Date(timeIntervalSinceNow: Double(timeout.nanosecondsClamped) / 1e9)
         finished.lock()
         while results.withLock({ $0.count }) < loops.count && finished.wait(until: deadline) {}
         finished.unlock()
@@ -185,12 +175,6 @@ public final class NIOStallMonitor: Sendable {
                 + "\(timeout) (group shut down, or the loop stalled): \(missing.joined(separator: ", "))")
         }
         return loops.indices.map { collected[$0]! }
-    }
-
-    private static func currentThreadName() -> String {
-        var buffer = [CChar](repeating: 0, count: 64)
-        guard cstallmon_current_thread_name(&buffer, buffer.count) == 0 else { return "" }
-        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
 #endif

@@ -11,7 +11,6 @@
 #ifndef CSTALLMON_NIO_HOOK_H
 #define CSTALLMON_NIO_HOOK_H
 
-#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -49,10 +48,6 @@ void cstallmon_wait_hook_close(cstallmon_wait_hook *hook);
 /// How many selector waits the hook has seen begin (relaxed), so a monitor can check that the loop's waits really go
 /// through the hook. Call only while holding the creator's reference. Async-signal-safe.
 uint64_t cstallmon_wait_hook_waits(const cstallmon_wait_hook *hook);
-
-/// The calling thread's name (pthread_getname_np, which Swift's Glibc module does not import) into `buffer`,
-/// NUL-terminated. Returns 0 or an errno value. Not async-signal-safe (it may read /proc).
-int cstallmon_current_thread_name(char *buffer, size_t size);
 
 #ifdef __cplusplus
 }

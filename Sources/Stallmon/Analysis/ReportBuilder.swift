@@ -87,7 +87,7 @@ struct ReportBuilder {
         return StallReport(
             schema: StallReport.currentSchema, id: snapshot.id, ongoing: snapshot.ongoing, process: process,
             thread: StallReport.ThreadDescription(tid: snapshot.threadID,
-                                                  name: ReportBuilder.threadName(snapshot.threadID)),
+                                                  name: threadName(of: snapshot.threadID)),
             loop: snapshot.loopName, thresholdMs: Double(snapshot.thresholdNanoseconds) / 1e6,
             start: StallReport.StartTime(wall: WallClock.iso8601(nanoseconds: snapshot.sinceWall),
                                          monotonicNs: snapshot.since),
@@ -112,13 +112,6 @@ struct ReportBuilder {
     private struct FrameKey: Hashable {
         var address: UInt
         var isReturnAddress: Bool
-    }
-
-    static func threadName(_ tid: Int32) -> String {
-        guard let text = try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8) else {
-            return ""
-        }
-        return text.trimmingWhitespace()
     }
 
     static func hostname() -> String {

@@ -26,17 +26,7 @@ package final class LoopWatch: Sendable {
     package init(name: String, configuration: StallMonitorConfiguration, logger: Logger,
                  sinks: [any StallReportSink], currentLabel: @escaping @Sendable () -> UInt32 = { 0 },
                  phaseOfReport: (@Sendable (StallReport) -> String?)? = nil) throws(StallMonitorError) {
-        do {
-            try configuration.validate()
-        } catch {
-            throw StallMonitorError(description: error.description)
-        }
-        if configuration.upload.spoolEnabled && !sinks.contains(where: \.handlesUploadConfiguration) {
-            throw StallMonitorError(description: "the configuration asks for "
-                + (configuration.upload.endpoint != nil ? "upload (upload_endpoint)" : "spooling (spool = on)")
-                + " but no sink carries it out: link the StallmonUpload product and pass "
-                + "`sinks: [try UploadSink(configuration: configuration, logger: logger)]`")
-        }
+        try Self.check(configuration, sinks: sinks)
         let signalNumber: Int32
         do {
             signalNumber = try configuration.signal.resolve()
@@ -72,6 +62,23 @@ package final class LoopWatch: Sendable {
 
     deinit {
         stop()
+    }
+
+    /// Throws when `configuration` is invalid or asks for spooling or upload that none of `sinks` carries out.
+    /// `init` runs it first; a monitor of several loops runs it once before setting any loop up.
+    package static func check(_ configuration: StallMonitorConfiguration,
+                              sinks: [any StallReportSink]) throws(StallMonitorError) {
+        do {
+            try configuration.validate()
+        } catch {
+            throw StallMonitorError(description: error.description)
+        }
+        if configuration.upload.spoolEnabled && !sinks.contains(where: \.handlesUploadConfiguration) {
+            throw StallMonitorError(description: "the configuration asks for "
+                + (configuration.upload.endpoint != nil ? "upload (upload_endpoint)" : "spooling (spool = on)")
+                + " but no sink carries it out: link the StallmonUpload product and pass "
+                + "`sinks: [try UploadSink(configuration: configuration, logger: logger)]`")
+        }
     }
 
     /// The probe the loop thread stores its busy intervals into.
