@@ -1,3 +1,4 @@
+import Dispatch
 import Logging
 import NIOCore
 import NIOPosix
@@ -19,15 +20,20 @@ struct StallMonitorServiceTests {
         let services = ServiceGroup(services: [StallMonitorService(monitor)], gracefulShutdownSignals: [],
                                     cancellationSignals: [], logger: Logger(label: "test"))
         let running = Task { try await services.run() }
-        try await Task.sleep(for: .milliseconds(100))
-        let stall = group.next().submit { _ = stallInExecutedTask(milliseconds: 3000) }
-        // Shut down once the stall has been detected (the event log says so), however loaded the machine is.
-        for _ in 0..<200 where !((try? String(contentsOfFile: directory + "/events.jsonl", encoding: .utf8)) ?? "")
-            .contains("stall.begin") {
-            try await Task.sleep(for: .milliseconds(10))
+        // A blocked stall that lasts until the group has shut down, so it is in progress at shutdown however slowly
+        // a loaded machine runs this test (and it leaves the CPUs to the tests beside it).
+        let release = DispatchSemaphore(value: 0)
+        let stall = group.next().submit { waitInTask(for: release) }
+        let detected = try await offThePool {
+            eventually(timeout: .seconds(30)) {
+                ((try? String(contentsOfFile: directory + "/events.jsonl", encoding: .utf8)) ?? "")
+                    .contains("stall.begin")
+            }
         }
+        #expect(detected, "the stall was detected while the service ran")
         await services.triggerGracefulShutdown()
         try await running.value
+        release.signal()
         let reports = readReports(directory)
         #expect(reports.count == 1)
         #expect(reports.first?.ongoing == true)
@@ -37,4 +43,9 @@ struct StallMonitorServiceTests {
         try NIOStallMonitor(group: group, configuration: .init(reportDirectory: directory)).stop()
         try await group.shutdownGracefully()
     }
+}
+
+@inline(never)
+func waitInTask(for release: DispatchSemaphore) {
+    release.wait()
 }

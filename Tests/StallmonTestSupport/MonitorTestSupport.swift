@@ -32,6 +32,15 @@ public func stallmonTestBusySpin(milliseconds: Int) -> UInt64 {
     return accumulator
 }
 
+/// nanosleep that resumes after EINTR, as code sampled by a signal must (see README, "What sampling costs"); never
+/// inlined so it shows up in stacks by name.
+@inline(never)
+public func stallmonTestSleep(milliseconds: Int) {
+    var request = timespec(tv_sec: milliseconds / 1000, tv_nsec: (milliseconds % 1000) * 1_000_000)
+    var remaining = timespec()
+    while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+}
+
 /// Runs `loop` on a new thread; returns the thread so the test can join it.
 public func runOnThread(_ loop: Looper, for duration: Duration) -> Thread {
     let done = DispatchSemaphore(value: 0)

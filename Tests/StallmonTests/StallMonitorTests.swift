@@ -256,11 +256,3 @@ struct StallMonitorBehaviourTests {
         #expect(reports.first?.ongoing == true)
     }
 }
-
-/// nanosleep that resumes after EINTR, as code sampled by a signal must (see README, "What sampling costs").
-@inline(never)
-func stallmonTestSleep(milliseconds: Int) {
-    var request = timespec(tv_sec: milliseconds / 1000, tv_nsec: (milliseconds % 1000) * 1_000_000)
-    var remaining = timespec()
-    while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
-}
