@@ -128,3 +128,13 @@ void cstallmon_set_thread_name(const char *name) {
     truncated[sizeof truncated - 1] = '\0';
     pthread_setname_np(pthread_self(), truncated);
 }
+
+static __thread void *current_loop;
+
+void *cstallmon_loop_current(void) {
+    return current_loop;
+}
+
+void cstallmon_loop_set_current(void *loop) {
+    current_loop = loop;
+}

@@ -9,15 +9,20 @@ public final class LooperTimer: Sendable {
     /// How late the loop may fire the timer so that it can wake once for several timers.
     public let tolerance: Duration
 
+    /// The mode the timer fires in.
+    public var mode: LooperMode { LooperMode(id: UInt8(modes.trailingZeroBitCount)) }
+
     let block: @Sendable () -> Void
+    let modes: UInt64
     private let cancelled = Atomic<Bool>(false)
     private weak let loop: Looper?
 
-    init(label: LooperLabel, interval: Duration?, tolerance: Duration, loop: Looper,
+    init(label: LooperLabel, interval: Duration?, tolerance: Duration, modes: UInt64, loop: Looper,
          block: @escaping @Sendable () -> Void) {
         self.label = label
         self.interval = interval
         self.tolerance = tolerance
+        self.modes = modes
         self.loop = loop
         self.block = block
     }
@@ -51,15 +56,19 @@ public final class LooperFDSource: Sendable {
     public let fileDescriptor: Int32
     public let interest: Interest
     public let label: LooperLabel
+    /// The mode the source is handled in.
+    public var mode: LooperMode { LooperMode(id: UInt8(modes.trailingZeroBitCount)) }
     let handler: @Sendable () -> Void
+    let modes: UInt64
     private let cancelled = Atomic<Bool>(false)
     private weak let loop: Looper?
 
-    init(fileDescriptor: Int32, interest: Interest, label: LooperLabel, loop: Looper,
+    init(fileDescriptor: Int32, interest: Interest, label: LooperLabel, modes: UInt64, loop: Looper,
          handler: @escaping @Sendable () -> Void) {
         self.fileDescriptor = fileDescriptor
         self.interest = interest
         self.label = label
+        self.modes = modes
         self.loop = loop
         self.handler = handler
     }
@@ -74,16 +83,20 @@ public final class LooperFDSource: Sendable {
 }
 
 /// A manually signalled source (CFRunLoop's "source0"): `signal()` from any thread makes its handler run once on
-/// the loop thread during the next `beforeSources` phase. Several signals before it runs coalesce into one call.
+/// the loop thread during the next `beforeSources` phase of a pass in its mode. Several signals before it runs coalesce into one call.
 public final class LooperCustomSource: Sendable {
     public let label: LooperLabel
+    /// The mode the source runs in.
+    public var mode: LooperMode { LooperMode(id: UInt8(modes.trailingZeroBitCount)) }
     let handler: @Sendable () -> Void
+    let modes: UInt64
     private let pending = Atomic<Bool>(false)
     private let cancelled = Atomic<Bool>(false)
     private weak let loop: Looper?
 
-    init(label: LooperLabel, loop: Looper, handler: @escaping @Sendable () -> Void) {
+    init(label: LooperLabel, modes: UInt64, loop: Looper, handler: @escaping @Sendable () -> Void) {
         self.label = label
+        self.modes = modes
         self.loop = loop
         self.handler = handler
     }
@@ -125,14 +138,16 @@ final class ObserverEntry: Sendable {
     let activities: LooperActivity
     let order: Int
     let oneShot: Bool
+    let modes: UInt64
     let callback: Callback
     let removed = Atomic<Bool>(false)
 
-    init(id: UInt64, activities: LooperActivity, order: Int, oneShot: Bool, callback: Callback) {
+    init(id: UInt64, activities: LooperActivity, order: Int, oneShot: Bool, modes: UInt64, callback: Callback) {
         self.id = id
         self.activities = activities
         self.order = order
         self.oneShot = oneShot
+        self.modes = modes
         self.callback = callback
     }
 

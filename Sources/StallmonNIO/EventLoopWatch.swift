@@ -2,6 +2,7 @@
 import CStallmonNIOHook
 import NIOCore
 import Stallmon
+import StallmonLoop
 
 /// One event loop under watch: the loop's `LoopWatch` (probe, watchdog, capture binding) and the selector-wait hook
 /// installed on its thread, which stores each tick's busy interval into the probe.

@@ -45,6 +45,10 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     public var maxReportsPerSignaturePerHour: Int
     /// Which frames are the service's own code (keys `in_app_include`, `in_app_exclude`: Swift module names).
     public var inApp: InAppRules
+    /// How often each loop's `loop.stats` line (busy-time percentiles and utilization over the interval) is
+    /// appended to the event log (key `loop_stats_interval_s`, default 60 s; `.zero` for none). Metrics are
+    /// updated every 10 s regardless.
+    public var loopStatsInterval: Duration
     /// Spooling and upload of reports (keys `spool`, `upload_*`, `spool_*`, `service_name`); off by default.
     public var upload: UploadConfiguration
 
@@ -66,6 +70,7 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
                 reportMaxBytes: Int = 256 << 20,
                 reportMaxAge: Duration = .seconds(14 * 24 * 3600),
                 inApp: InAppRules = InAppRules(),
+                loopStatsInterval: Duration = .seconds(60),
                 upload: UploadConfiguration = UploadConfiguration()) {
         self.threshold = threshold
         self.sampleInterval = sampleInterval
@@ -83,6 +88,7 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
         self.reportMaxBytes = reportMaxBytes
         self.reportMaxAge = reportMaxAge
         self.inApp = inApp
+        self.loopStatsInterval = loopStatsInterval
         self.upload = upload
     }
 
@@ -156,6 +162,10 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
                            reason: "must be at least 1")
         }
         _ = try signal.resolve()
+        guard loopStatsInterval >= .zero && loopStatsInterval <= .seconds(86_400) else {
+            throw .invalid(key: "loop_stats_interval_s", value: "\(loopStatsInterval)",
+                           reason: "must be from 0 (off) to 86400 seconds")
+        }
         try upload.validate()
     }
 }

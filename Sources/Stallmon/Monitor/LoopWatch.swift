@@ -1,6 +1,7 @@
 import CStallmonCapture
 import CStallmonLoopShims
 import Logging
+import StallmonLoop
 import StallmonReport
 import Synchronization
 
@@ -21,10 +22,12 @@ package final class LoopWatch: Sendable {
     private let signalHeld = Atomic<Bool>(true)
 
     /// Validates `configuration`, takes the sampling signal and joins the pipeline of its report directory.
-    /// `currentLabel` is read by the watchdog (the loop's label of the work in progress, 0 for none);
+    /// `currentLabel` is read by the watchdog (the loop's label of the work in progress, 0 for none), and so is
+    /// `currentMode` (the run-loop mode of the iteration in progress, nil for loops without modes);
     /// `phaseOfReport` names the phase of a finished report (nil: reports have none).
     package init(name: String, configuration: StallMonitorConfiguration, logger: Logger,
                  sinks: [any StallReportSink], currentLabel: @escaping @Sendable () -> UInt32 = { 0 },
+                 currentMode: @escaping @Sendable () -> String? = { nil },
                  phaseOfReport: (@Sendable (StallReport) -> String?)? = nil) throws(StallMonitorError) {
         try Self.check(configuration, sinks: sinks)
         let signalNumber: Int32
@@ -51,7 +54,7 @@ package final class LoopWatch: Sendable {
                 description: "cannot create the monitor's wake-up eventfd (report writer): \(error)")
         }
         watchdog = Watchdog(probe: probe, binding: binding, loopName: name, currentLabel: currentLabel,
-                            writer: pipeline.writer, client: client, annotations: annotations)
+                            currentMode: currentMode, writer: pipeline.writer, client: client, annotations: annotations)
         if let failure = watchdog.setupError {
             pipeline.leave(client, sinksStarted: false, sinkDeadline: .zero)
             cstallmon_release()
@@ -98,6 +101,7 @@ package final class LoopWatch: Sendable {
         // never stalled rather than "no such directory". A failure is not logged here: every write retries it, and
         // the writer logs it once, with the reports it drops.
         try? AtomicFile.createDirectory(configuration.reportDirectory)
+        probe.monitoringSince.store(cstallmon_monotonic_ns(), ordering: .releasing)
         pipeline.startSinks(of: client)
         if !watchdog.start() {
             client.logger.error("stallmon: cannot start the watchdog thread; stalls will not be detected",
@@ -150,6 +154,8 @@ package final class LoopWatch: Sendable {
     }
 
     package var statistics: StallMonitorStatistics {
-        counters.snapshot(longIterations: Int(probe.longIterationCount.load(ordering: .relaxed)))
+        var statistics = counters.snapshot(longIterations: Int(probe.longIterationCount.load(ordering: .relaxed)))
+        statistics.loop = probe.statistics(at: cstallmon_monotonic_ns())
+        return statistics
     }
 }

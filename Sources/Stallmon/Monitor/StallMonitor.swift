@@ -41,7 +41,7 @@ public final class StallMonitor: Sendable {
     private let watch: LoopWatch
     /// Where written reports go next (StallmonUpload's `UploadSink`, or your own).
     public let sinks: [any StallReportSink]
-    private let observerToken = Mutex<LooperObserverToken?>(nil)
+    private let attached = Atomic<Bool>(false)
 
     /// Validates `configuration` and takes the sampling signal. Throws when a value is invalid, the signal is
     /// already handled by someone else (the error names it), or the configuration asks for spooling or upload
@@ -52,7 +52,7 @@ public final class StallMonitor: Sendable {
                 logger: Logger = Logger(label: "stallmon"),
                 sinks: [any StallReportSink] = []) throws(StallMonitorError) {
         watch = try LoopWatch(name: loop.name, configuration: configuration, logger: logger, sinks: sinks,
-                              currentLabel: { loop.currentLabel.id })
+                              currentLabel: { loop.currentLabel.id }, currentMode: { loop.currentMode?.name })
         self.sinks = sinks
         self.loop = loop
         self.configuration = configuration
@@ -62,42 +62,25 @@ public final class StallMonitor: Sendable {
         stop()
     }
 
-    /// Starts watching: creates the report directory (0700) if missing, registers the loop observers and starts the
-    /// watchdog and writer threads. If the loop is
-    /// already running, the capture is bound to its thread on the loop's next pass; otherwise at `entry`.
-    /// Calling it again does nothing; a stopped monitor cannot be restarted (create a new one).
+    /// Starts watching: creates the report directory (0700) if missing, attaches the probe to the loop (which then
+    /// stores each iteration's busy interval into it directly, without an observer call) and starts the watchdog
+    /// and writer threads. If the loop is already running, the capture is bound to its thread on the loop's next
+    /// pass; otherwise when it starts. Calling it again does nothing; a stopped monitor cannot be restarted (create
+    /// a new one).
     public func start() {
         guard watch.start() else { return }
-        let probe = watch.loopProbe
-        let token = loop.addObserver(
-            for: [.entry, .afterWaiting, .beforeTimers, .beforeWaiting, .exit], order: Int.min
-        ) { [watch] activity, now in
-            // Compare raw bits: this runs on the loop thread several times per iteration.
-            switch activity.rawValue {
-            case LooperActivity.beforeTimers.rawValue: probe.passBegins(at: now.nanoseconds)
-            case LooperActivity.beforeWaiting.rawValue: probe.loopIdles(at: now.nanoseconds)
-            case LooperActivity.afterWaiting.rawValue: probe.loopWoke(at: now.nanoseconds)
-            case LooperActivity.entry.rawValue: watch.bindCurrentThread()
-            default: probe.loopIdles(at: now.nanoseconds)  // exit
-            }
-        }
-        observerToken.withLock { $0 = token }
-        if watch.isStopped { stop() }  // a concurrent stop() ran before the token was stored
-        if loop.isRunning {
-            loop.perform(label: "stallmon.bind") { [watch] in watch.bindCurrentThread() }
-        }
+        loop.attach(probe: watch.loopProbe) { [watch] in watch.bindCurrentThread() }
+        attached.store(true, ordering: .releasing)
+        if watch.isStopped { stop() }  // a concurrent stop() ran before the probe was attached
     }
 
-    /// Stops watching: removes the observers, joins the watchdog (a stall in progress is written as ongoing), waits
+    /// Stops watching: detaches the probe, joins the watchdog (a stall in progress is written as ongoing), waits
     /// until this loop's reports are written, stops the sinks no other monitor still uses with up to 2 s each
     /// (StallmonUpload's `UploadSink` sends what is pending meanwhile; the rest stays in the spool), and returns the
     /// capture slot. Idempotent.
     public func stop() {
-        if let token = observerToken.withLock({ token in
-            defer { token = nil }
-            return token
-        }) {
-            loop.removeObserver(token)
+        if attached.exchange(false, ordering: .acquiringAndReleasing) {
+            loop.detach(probe: watch.loopProbe)
         }
         watch.stop()
     }
@@ -109,7 +92,8 @@ public final class StallMonitor: Sendable {
         watch.annotate(key, value)
     }
 
-    /// Counters since the monitor was created.
+    /// Counters since the monitor was created, and the loop's every-iteration figures since it started
+    /// (`statistics.loop`).
     public var statistics: StallMonitorStatistics {
         watch.statistics
     }

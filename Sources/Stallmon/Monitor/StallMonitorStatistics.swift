@@ -25,6 +25,8 @@ public struct StallMonitorStatistics: Sendable, Equatable {
     public var reportsSuppressed: Int = 0
     /// Old reports removed by the retention (`report_max_count`, `report_max_bytes`, `report_max_age_hours`).
     public var reportsRemovedByRetention: Int = 0
+    /// Every iteration since the monitor started: count, busy-time histogram, utilization.
+    public var loop = LoopStatistics()
 }
 
 /// The shared, atomically updated form of `StallMonitorStatistics`.

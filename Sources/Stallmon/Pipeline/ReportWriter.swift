@@ -16,6 +16,8 @@ final class ReportWriter: Sendable {
         case finish(StallSnapshot)
         /// The whole process did not run for this long (SIGSTOP, debugger, VM pause): logged, never a stall.
         case frozen(loopName: String, nanoseconds: UInt64)
+        /// A loop's every-iteration figures over a window: a `loop.stats` line.
+        case loopStats(LoopStatsReporter.Line, threadID: Int32)
     }
 
     /// Room for a burst from many loops at once (16 loops × begin, interim and finish, with margin).
@@ -185,6 +187,22 @@ final class ReportWriter: Sendable {
             event.durationMs = Double(nanoseconds) / 1e6
             event.message = "the process did not run (SIGSTOP, debugger or VM pause); not counted as a stall"
             log(event, client: client, state: &state)
+        case .loopStats(let line, let threadID):
+            var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()), event: "loop.stats")
+            event.loop = line.loopName
+            event.tid = threadID
+            let window = line.window
+            event.windowS = Double(window.elapsed.nanosecondsClamped) / 1e9
+            event.iterations = Int(clamping: window.iterations)
+            func milliseconds(_ fraction: Double) -> Double? {
+                window.busyHistogram.percentile(fraction).map { Double($0.nanosecondsClamped) / 1e6 }
+            }
+            event.busyP50Ms = milliseconds(0.5)
+            event.busyP90Ms = milliseconds(0.9)
+            event.busyP99Ms = milliseconds(0.99)
+            event.busyMaxMs = milliseconds(1)
+            event.utilization = (window.utilization * 10_000).rounded() / 10_000
+            log(event, client: client, state: &state)
         case .finish(let snapshot):
             var report = build(snapshot, client: client, state: &state)
             // An interim report already on disk is always replaced by its final one.
@@ -231,6 +249,7 @@ final class ReportWriter: Sendable {
         if state.builders[client.configuration.inApp] == nil { symbolicatorsCreated.wrappingAdd(1, ordering: .relaxed) }
         var report = state.reportBuilder(for: client.configuration.inApp).build(snapshot)
         if let phaseOfReport = client.phaseOfReport { report.phase = phaseOfReport(report) }
+        report.mode = snapshot.mode
         return report
     }
 
@@ -241,6 +260,7 @@ final class ReportWriter: Sendable {
         event.tid = snapshot.threadID
         event.thresholdMs = Double(snapshot.thresholdNanoseconds) / 1e6
         event.label = snapshot.labelID == 0 ? nil : LooperLabel(id: snapshot.labelID).name
+        event.mode = snapshot.mode
         return event
     }
 

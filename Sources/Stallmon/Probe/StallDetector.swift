@@ -1,3 +1,5 @@
+import StallmonLoop
+
 /// The watchdog's decisions as a pure state machine over readings of the loop probe and an injected clock: is
 /// this a stall, is a sample due, is an interim report due, has the stall ended. Tested without threads; the
 /// watchdog thread only carries out what it returns.
@@ -13,10 +15,7 @@ struct StallDetector: Sendable {
     }
 
     /// What the probe says about the loop.
-    enum Reading: Equatable, Sendable {
-        case idle(completedIterations: UInt64)
-        case busy(iteration: UInt64, since: UInt64)
-    }
+    typealias Reading = LoopProbe.Reading
 
     enum Action: Equatable, Sendable {
         /// A stall began: capture the first sample and announce it.

@@ -23,4 +23,6 @@ struct StallSnapshot: Sendable {
     /// Whole-process freeze inside the iteration, excluded from `durationNanoseconds`.
     var frozenNanoseconds: UInt64 = 0
     var annotations: [String: String] = [:]
+    /// The run-loop mode the iteration ran in when the watchdog noticed it (a `Looper`'s), nil for other loops.
+    var mode: String? = nil
 }

@@ -16,6 +16,8 @@ final class Watchdog: Sendable {
     private let loopName: String
     /// The label of what the loop runs now (a `Looper`'s timer, source or block); 0 when the loop has none.
     private let currentLabel: @Sendable () -> UInt32
+    /// The run-loop mode the loop runs in now (a `Looper`'s), nil for loops without modes.
+    private let currentMode: @Sendable () -> String?
     private let configuration: StallMonitorConfiguration
     private let writer: ReportWriter
     private let client: ReportClient
@@ -31,12 +33,13 @@ final class Watchdog: Sendable {
     private let stallDuration: Metrics.Timer
 
     init(probe: LoopProbe, binding: ThreadBinding, loopName: String, currentLabel: @escaping @Sendable () -> UInt32,
-         writer: ReportWriter, client: ReportClient, annotations: IterationAnnotations) {
+         currentMode: @escaping @Sendable () -> String?, writer: ReportWriter, client: ReportClient, annotations: IterationAnnotations) {
         self.probe = probe
         self.annotations = annotations
         self.binding = binding
         self.loopName = loopName
         self.currentLabel = currentLabel
+        self.currentMode = currentMode
         self.configuration = client.configuration
         self.writer = writer
         self.client = client
@@ -96,6 +99,7 @@ final class Watchdog: Sendable {
         var warnedAboutReplacedHandler = false
         var expectedWake: UInt64?
         var runDelayBeforeSleep = ThreadStats.ownRunDelay() ?? 0
+        var loopStats = LoopStatsReporter(loopName: loopName, lineInterval: configuration.loopStatsInterval)
 
         while !stopping.load(ordering: .acquiring) {
             let now = cstallmon_monotonic_ns()
@@ -128,7 +132,13 @@ final class Watchdog: Sendable {
                     baseline = Baseline(iteration: iteration, stats: stats, at: now)
                 }
             }
-            let (actions, wakeAt) = detector.step(adjusted, now: now)
+            var (actions, wakeAt) = detector.step(adjusted, now: now)
+            if loopStats.nextDue.map({ now >= $0 }) ?? true {
+                if let line = loopStats.step(now: now, reading: probe.statistics(at: now)) {
+                    writer.submit(.loopStats(line, threadID: boundThread), from: client)
+                }
+            }
+            if let due = loopStats.nextDue { wakeAt = min(wakeAt, due) }
             for action in actions {
                 switch action {
                 case .begin(let iteration, _):
@@ -143,6 +153,7 @@ final class Watchdog: Sendable {
                         durationExact: false, ongoing: true, elapsedAtDetection: now - since,
                         labelID: currentLabel(), samples: [])
                     snapshot.annotations = annotations.values(for: iteration)
+                    snapshot.mode = currentMode()
                     if let capturer { snapshot.samples.append(takeSample(capturer, tid: boundThread)) }
                     current = Current(snapshot: snapshot, lastSeenBusy: now,
                                       baseline: baseline?.iteration == iteration ? baseline : nil)

@@ -57,6 +57,9 @@ public struct StallReport: Codable, Sendable, Equatable {
     /// readiness to channel handlers: `channelRead`, `channelActive`, accepts, writes) or `tasks` (`execute`,
     /// scheduled tasks, future callbacks). Absent for a `Looper` and when no sample had a stack.
     public var phase: String?
+    /// For a `Looper`: the run-loop mode the stalled iteration ran in (`default`, or the mode of a nested
+    /// `run(in:)`). Absent for other loops.
+    public var mode: String?
 
     /// Members every report has: a file without one of them is incomplete.
     static let requiredKeys = ["schema", "id", "ongoing", "process", "thread", "loop", "thresholdMs", "start",
@@ -66,7 +69,7 @@ public struct StallReport: Codable, Sendable, Equatable {
         case schema, id, ongoing, process, thread, loop, thresholdMs, start, durationMs, durationSource, label
         case topFrame, captures, samples, frames, images
         case stallClass = "class"
-        case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore, phase
+        case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore, phase, mode
     }
 
     public struct ThreadFigures: Codable, Sendable, Equatable {
@@ -268,7 +271,8 @@ public struct StallReport: Codable, Sendable, Equatable {
         callTree: [CallTreeNode]? = nil,
         annotations: [String: String]? = nil,
         suppressedBefore: Int? = nil,
-        phase: String? = nil
+        phase: String? = nil,
+        mode: String? = nil
     ) {
         self.schema = schema
         self.id = id
@@ -295,5 +299,6 @@ public struct StallReport: Codable, Sendable, Equatable {
         self.annotations = annotations
         self.suppressedBefore = suppressedBefore
         self.phase = phase
+        self.mode = mode
     }
 }

@@ -1,6 +1,4 @@
-@testable import Stallmon
-@testable import StallmonReport
-import StallmonTestSupport
+@testable import StallmonLoop
 import Testing
 
 struct LoopProbeTests {

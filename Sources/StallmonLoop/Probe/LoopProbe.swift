@@ -1,17 +1,25 @@
+import CStallmonLoopShims
 import Synchronization
 
-/// The monitor's footprint on the loop thread: observers store the busy interval of each loop iteration into
-/// atomics that the watchdog reads from its own thread.
+/// The monitor's footprint on the loop thread: the loop (a `Looper` calls it directly, StallmonNIO from its
+/// selector-wait hook) stores the busy interval of each iteration into atomics that the watchdog reads from its own
+/// thread, and counts every iteration's busy time into a histogram.
 ///
 /// Per iteration the loop pays a few relaxed/release atomic stores and no clock read of its own (the loop hands
-/// observers the timestamp it already took). No locks, allocation, syscalls or I/O.
+/// the probe the timestamp it already took). No locks, allocation, syscalls or I/O.
 ///
 /// Protocol: `sequence` is odd while an iteration is busy, even while the loop waits; iteration number =
 /// (sequence + 1) / 2. `busySince` belongs to the current odd sequence, read seqlock-style. When an iteration
 /// ends having lasted at least the threshold, the loop also publishes it in the `long*` record (its own seqlock), so
 /// the watchdog learns the exact end time even if the loop has moved on by the time it looks.
 package final class LoopProbe: Sendable {
-    let thresholdNanoseconds: UInt64
+    /// What the watchdog reads: the loop waits, or an iteration has been busy since a time.
+    package enum Reading: Equatable, Sendable {
+        case idle(completedIterations: UInt64)
+        case busy(iteration: UInt64, since: UInt64)
+    }
+
+    package let thresholdNanoseconds: UInt64
 
     private let sequence = Atomic<UInt64>(0)
     private let busySince = Atomic<UInt64>(0)
@@ -20,11 +28,17 @@ package final class LoopProbe: Sendable {
     private let longBegin = Atomic<UInt64>(0)
     private let longEnd = Atomic<UInt64>(0)
     /// Iterations that lasted at least the threshold, counted by the loop itself (ground truth for the watchdog).
-    let longIterationCount = Atomic<UInt64>(0)
+    package let longIterationCount = Atomic<UInt64>(0)
     /// Loop-thread-only: the current interval was opened by afterWaiting, so the next beforeTimers continues it.
     private let openedByWake = Atomic<Bool>(false)
+    /// Busy time of every finished iteration; written by the loop thread only.
+    private let busyTotal = Atomic<UInt64>(0)
+    /// Every finished iteration's busy time.
+    package let histogram = BusyHistogram()
+    /// When the monitor started (CLOCK_MONOTONIC ns; 0 before), the start of the utilization's wall time.
+    package let monitoringSince = Atomic<UInt64>(0)
 
-    init(thresholdNanoseconds: UInt64) {
+    package init(thresholdNanoseconds: UInt64) {
         self.thresholdNanoseconds = thresholdNanoseconds
     }
 
@@ -74,9 +88,12 @@ package final class LoopProbe: Sendable {
         let current = sequence.load(ordering: .relaxed)
         guard current & 1 == 1 else { return }
         let since = busySince.load(ordering: .relaxed)
-        if now &- since >= thresholdNanoseconds && now >= since {
+        let busy = now >= since ? now &- since : 0
+        if busy >= thresholdNanoseconds {
             publishLongIteration(iteration: (current + 1) / 2, begin: since, end: now)
         }
+        histogram.record(busy)
+        busyTotal.store(busyTotal.load(ordering: .relaxed) &+ busy, ordering: .relaxed)
         sequence.store(current &+ 1, ordering: .releasing)  // odd → even
     }
 
@@ -94,7 +111,7 @@ package final class LoopProbe: Sendable {
     // MARK: - Watchdog thread
 
     /// A consistent reading of the loop's state.
-    func read() -> StallDetector.Reading {
+    package func read() -> Reading {
         while true {
             let before = sequence.load(ordering: .acquiring)
             let since = busySince.load(ordering: .relaxed)
@@ -107,12 +124,12 @@ package final class LoopProbe: Sendable {
     }
 
     /// The iteration in progress (or the next one while the loop waits).
-    func currentIteration() -> UInt64 {
+    package func currentIteration() -> UInt64 {
         (sequence.load(ordering: .relaxed) + 1) / 2
     }
 
     /// The exact interval of `iteration` if the loop recorded it as long and has not overwritten it since.
-    func longIterationRecord(_ iteration: UInt64) -> (begin: UInt64, end: UInt64)? {
+    package func longIterationRecord(_ iteration: UInt64) -> (begin: UInt64, end: UInt64)? {
         for _ in 0..<1000 {
             let before = longSequence.load(ordering: .acquiring)
             if before & 1 == 1 { continue }
@@ -124,5 +141,18 @@ package final class LoopProbe: Sendable {
             return recorded == iteration ? (begin, end) : nil
         }
         return nil
+    }
+
+    /// Finished iterations and the busy time of all iterations up to `now`, the one in progress included.
+    package func busyTime(at now: UInt64) -> (iterations: UInt64, busyNanoseconds: UInt64) {
+        while true {
+            let before = sequence.load(ordering: .acquiring)
+            let total = busyTotal.load(ordering: .relaxed)
+            let since = busySince.load(ordering: .relaxed)
+            atomicMemoryFence(ordering: .acquiring)
+            guard sequence.load(ordering: .relaxed) == before else { continue }
+            let open = before & 1 == 1 && now > since ? now - since : 0
+            return (before / 2, total &+ open)
+        }
     }
 }
