@@ -10,7 +10,8 @@ struct TailCommand: ParsableCommand {
         abstract: "Print the last events of the JSON-lines event log, and optionally follow it.",
         discussion: """
             Events: stall.begin (a stall is happening now), stall.interim, stall.end (with duration, top frame and \
-            report path), monitor.error. --follow keeps reading as events are appended and survives log rotation. \
+            report path), loop.stats (a loop's busy-time percentiles and utilization over loop_stats_interval_s), \
+            process.frozen, monitor.error. --follow keeps reading as events are appended and survives log rotation. \
             Lines that are not events are passed to standard error.
 
             Exit status: 0, or 1 when the log cannot be read.
@@ -160,11 +161,22 @@ enum EventText {
         case "stall.interim", "stall.end":
             if let duration = event.durationMs { parts.append(ms(duration)) }
             if let samples = event.samples { parts.append("\(samples) samples") }
+        case "loop.stats":
+            if let iterations = event.iterations, let window = event.windowS {
+                parts.append("\(iterations) iterations in \(String(format: "%.0f", window)) s")
+            }
+            if let p50 = event.busyP50Ms, let p99 = event.busyP99Ms, let max = event.busyMaxMs {
+                parts.append("busy p50 \(ms(p50)) p99 \(ms(p99)) max \(ms(max))")
+            }
+            if let utilization = event.utilization {
+                parts.append("utilization \(String(format: "%.1f", utilization * 100)) %")
+            }
         default:
             if let message = event.message { parts.append(message) }
             if let count = event.count { parts.append("count \(count)") }
         }
         if let label = event.label { parts.append("running \(label)") }
+        if let mode = event.mode, mode != "default" { parts.append("in mode \(mode)") }
         if let top = event.topFrame { parts.append("in \(top)") }
         if let report = event.report { parts.append("→ \(report)") }
         return parts.joined(separator: "  ")

@@ -102,6 +102,15 @@ struct DemoCommand: ParsableCommand {
             + "\(service.stallsInjected.load(ordering: .relaxed)) stalls injected")
         print("Monitor: \(statistics.stallsDetected) stalls detected, \(statistics.reportsWritten) reports written, "
             + "\(statistics.reportsDropped) dropped, \(statistics.samplesCaptured) stack samples")
+        let loopFigures = statistics.loop
+        let busy = { (fraction: Double) in
+            loopFigures.busyHistogram.percentile(fraction).map { value -> String in
+                let milliseconds = Double(value.nanosecondsClamped) / 1e6
+                return milliseconds < 1 ? String(format: "%.0f µs", milliseconds * 1000) : ms(milliseconds)
+            } ?? "-"
+        }
+        print("Loop:    \(loopFigures.iterations) iterations, busy p50 \(busy(0.5)), p99 \(busy(0.99)), max \(busy(1)); "
+            + "utilization \(String(format: "%.1f", loopFigures.utilization * 100)) %")
         print("")
         let scan = try ReportReader.scan(directory: configuration.reportDirectory)
         let ours = scan.reports.filter { $0.report.process.pid == getpid() }
