@@ -2,7 +2,8 @@
 import PackageDescription
 
 // One product per concern; a service links only what it uses (README, "Architecture"):
-//   StallmonLoop    the run loop (`Looper`) with CFRunLoop-style observers
+//   StallmonLoop    the run loop (`Looper`): CFRunLoop-style observers, modes and nested runs, a Swift Concurrency
+//                   executor, and the probe a monitor attaches to it
 //   Stallmon        the monitor: probe, watchdog, capture, analysis, report writing, event log, configuration.
 //                   swift-log, swift-metrics, libunwind and libdw only: no NIO, HTTP or TLS.
 //   StallmonReport  the `stallmon.report/1` contract and its read side: types, reader, skimmer, summaries
