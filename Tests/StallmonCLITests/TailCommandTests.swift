@@ -130,6 +130,36 @@ struct TailCommandTests {
         }
     }
 
+    @Test("loop.stats: iterations, busy percentiles and utilization; a stall's mode when not the default")
+    func loopStatsAndMode() async throws {
+        try await withTemporaryDirectory { directory in
+            var stats = StallEvent(time: "2026-01-10T12:00:00.000Z", event: "loop.stats")
+            stats.loop = "main"
+            stats.windowS = 60
+            stats.iterations = 120_000
+            stats.busyP50Ms = 0.2
+            stats.busyP90Ms = 1.5
+            stats.busyP99Ms = 12.5
+            stats.busyMaxMs = 140
+            stats.utilization = 0.4235
+            var begin = StallEvent(time: "2026-01-10T12:00:01.000Z", event: "stall.begin")
+            begin.loop = "main"
+            begin.elapsedMs = 101
+            begin.thresholdMs = 100
+            begin.mode = "tracking"
+            let path = try directory.write("events.jsonl",
+                                           try EventFixture.line(stats) + "\n" + EventFixture.line(begin) + "\n")
+            let result = try await CLI.run(["tail", path])
+            #expect(result.status == 0, "\(result)")
+            let lines = result.stdoutLines
+            #expect(lines.count == 2, "\(result)")
+            #expect(lines.first?.contains("loop.stats     main  120000 iterations in 60 s") == true, "\(result)")
+            #expect(lines.first?.contains("busy p50 0.2 ms p99 12.5 ms max 140.0 ms") == true, "\(result)")
+            #expect(lines.first?.hasSuffix("utilization 42.4 %") == true, "\(result)")
+            #expect(lines.last?.contains("in mode tracking") == true, "\(result)")
+        }
+    }
+
     @Test("a missing log exits 1")
     func missingLog() async throws {
         try await withTemporaryDirectory { directory in
