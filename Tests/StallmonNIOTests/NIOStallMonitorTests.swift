@@ -156,6 +156,31 @@ struct NIOStallMonitorTests {
         #expect(monitor.loopNames.count == 2)
     }
 
+    @Test func everyTickIsCountedInTheLoopsBusyHistogram() throws {
+        let directory = makeTemporaryDirectory()
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        defer { try? group.syncShutdownGracefully() }
+        let monitor = try NIOStallMonitor(group: group, configuration: configuration(directory))
+        monitor.start()
+        let loop = group.next()
+        for _ in 0..<20 {
+            try loop.submit { usleep(3_000) }.wait()  // 3 ms busy
+            usleep(5_000)  // the loop goes back to its selector: one tick per task
+        }
+        let statistics = try #require(monitor.statisticsByLoop.values.first).loop
+        monitor.stop()
+        #expect(statistics.iterations >= 20)
+        let threeMilliseconds = LoopBusyHistogram.bucket(of: 2_900_000)
+        let longTicks = statistics.busyHistogram.counts[threeMilliseconds...].reduce(0, +)
+        #expect(longTicks >= 20 && longTicks <= 25, "\(longTicks) ticks of 3 ms or more")
+        // Read one after the other while the loop runs: a tick may finish in between.
+        #expect(statistics.busyHistogram.count >= statistics.iterations
+                    && statistics.busyHistogram.count <= statistics.iterations + 1)
+        #expect(statistics.busyTime >= .milliseconds(60))
+        #expect(statistics.utilization > 0 && statistics.utilization <= 1)
+        #expect(readReports(directory).isEmpty)
+    }
+
     @Test func monitoringTheSameGroupTwiceIsRefusedUntilTheFirstStops() throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         defer { try? group.syncShutdownGracefully() }
