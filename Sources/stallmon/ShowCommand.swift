@@ -60,7 +60,12 @@ enum ReportText {
         out += "  started:  \(report.start.wall)\n"
         out += "  lasted:   \(ms(report.durationMs)) (threshold \(ms(report.thresholdMs)); "
             + "\(report.durationSource == "loop" ? "measured by the loop" : "estimated by the watchdog"))\n"
-        if !report.label.isEmpty { out += "  running:  \(report.label)\n" }
+        if !report.label.isEmpty {
+            out += "  running:  \(report.label)"
+            if let mode = report.mode, mode != "default" { out += "  (in run-loop mode \(mode))" }
+            if let phase = report.phase { out += "  (\(phase) phase)" }
+            out += "\n"
+        }
         if let top = report.topFrame { out += "  top:      \(top.displayName)\n" }
         let captures = report.captures
         out += "  samples:  \(captures.attempted) taken, \(captures.succeeded) with a stack"

@@ -7,6 +7,24 @@ import Testing
 /// `stallmon show FILE…`: one report in words, or the report itself as JSON.
 @Suite("stallmon show")
 struct ShowCommandTests {
+    @Test("text: a Looper's run-loop mode other than the default and a NIO loop's phase follow the label")
+    func modeAndPhase() async throws {
+        try await withTemporaryDirectory { directory in
+            var report = Fixture.report(id: "5f1c2d3e-aaaa-bbbb-cccc-000000000002", durationMs: 250,
+                                        topSymbol: "App.Worker.crunch()", loop: "main",
+                                        start: "2026-01-10T12:34:56.789Z")
+            report.mode = "tracking"
+            let modal = try Fixture.write(report, named: "modal", in: directory)
+            report.mode = nil
+            report.phase = "io"
+            let nio = try Fixture.write(report, named: "nio", in: directory)
+            let result = try await CLI.run(["show", modal, nio])
+            #expect(result.status == 0, "\(result)")
+            #expect(result.stdoutLines.contains("  running:  timer.tick  (in run-loop mode tracking)"), "\(result)")
+            #expect(result.stdoutLines.contains("  running:  timer.tick  (io phase)"), "\(result)")
+        }
+    }
+
     @Test("text: id, loop, duration, top frame and the most common stack innermost first")
     func text() async throws {
         try await withTemporaryDirectory { directory in
