@@ -82,6 +82,10 @@ enum ReportText {
             }
             out += "\n"
         }
+        for wait in (report.waitingOn ?? []).prefix(3) {
+            out += "  waiting:  \(wait.syscall)" + (wait.target.map { " on \($0)" } ?? "")
+                + " (\(wait.samples) of \(report.samples.count) samples)\n"
+        }
         if let frozen = report.frozenMs { out += "  frozen:   \(ms(frozen)) of process freeze excluded\n" }
         if let signature = report.signature { out += "  group:    signature \(signature)\n" }
         if let suppressed = report.suppressedBefore, suppressed > 0 {

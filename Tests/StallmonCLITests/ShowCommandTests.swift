@@ -7,7 +7,7 @@ import Testing
 /// `stallmon show FILE…`: one report in words, or the report itself as JSON.
 @Suite("stallmon show")
 struct ShowCommandTests {
-    @Test("text: a Looper's run-loop mode other than the default and a NIO loop's phase follow the label")
+    @Test("text: a Looper's mode other than the default, a NIO loop's phase, and what the thread waited on")
     func modeAndPhase() async throws {
         try await withTemporaryDirectory { directory in
             var report = Fixture.report(id: "5f1c2d3e-aaaa-bbbb-cccc-000000000002", durationMs: 250,
@@ -17,11 +17,15 @@ struct ShowCommandTests {
             let modal = try Fixture.write(report, named: "modal", in: directory)
             report.mode = nil
             report.phase = "io"
+            report.waitingOn = [.init(kind: "socket", syscall: "read", target: "TCP 127.0.0.1:39514 → 10.0.0.5:5432",
+                                      samples: 4)]
             let nio = try Fixture.write(report, named: "nio", in: directory)
             let result = try await CLI.run(["show", modal, nio])
             #expect(result.status == 0, "\(result)")
             #expect(result.stdoutLines.contains("  running:  timer.tick  (in run-loop mode tracking)"), "\(result)")
             #expect(result.stdoutLines.contains("  running:  timer.tick  (io phase)"), "\(result)")
+            #expect(result.stdoutLines.contains("  waiting:  read on TCP 127.0.0.1:39514 → 10.0.0.5:5432 (4 of 5 samples)"),
+                    "\(result)")
         }
     }
 

@@ -38,7 +38,8 @@ struct UploaderTests {
     }
 
     /// A collector can group and explain stalls as `stallmon report` does: the record carries the hottest stack (not
-    /// the most common exact one), the signature, the class and the thread's CPU figures. Decoded with the official
+    /// the most common exact one), the signature, the class, the thread's CPU figures and what it waited on in most
+    /// samples. Decoded with the official
     /// opentelemetry-proto.
     @Test func otlpRecordsCarrySignatureClassAndTheHottestStack() throws {
         let receiver = try Receiver()
@@ -49,6 +50,9 @@ struct UploaderTests {
         report.threadStats = .init(windowMs: 300, cpuMs: 12.5, runDelayMs: 0.5, sleepMs: 287, voluntarySwitches: 3,
                                    involuntarySwitches: 1)
         report.hottestStack = HottestStack(frames: [1], samples: 2, of: 2)  // differs from the common [0, 1]
+        report.waitingOn = [.init(kind: "socket", syscall: "read", target: "TCP 127.0.0.1:39514 → 10.0.0.5:5432",
+                                  samples: 2),
+                            .init(kind: "lock", syscall: "futex", samples: 1)]
         let path = directory + "/stall-20261122T010203.456Z-\(report.id.prefix(8)).json"
         try AtomicFile.write(Array(try JSONEncoder().encode(report)), to: path)
         try Spool(reportDirectory: directory).enqueue(reportPath: path)
@@ -61,6 +65,10 @@ struct UploaderTests {
         #expect(record["stallmon.thread.cpu_ms"] == .object(["doubleValue": .number(12.5)]))
         #expect(record["stallmon.thread.sleep_ms"] == .object(["doubleValue": .number(287)]))
         #expect(record["stallmon.stall.stack"] == .object(["stringValue": .string("main")]), "the hottest stack")
+        #expect(record["stallmon.wait.kind"] == .object(["stringValue": .string("socket")]))
+        #expect(record["stallmon.wait.syscall"] == .object(["stringValue": .string("read")]))
+        #expect(record["stallmon.wait.target"]
+                    == .object(["stringValue": .string("TCP 127.0.0.1:39514 → 10.0.0.5:5432")]))
     }
 
     @Test func ndjsonSendsOneReportPerLine() throws {

@@ -20,6 +20,8 @@ struct ReportBuilder {
         var frames: [StallReport.Frame] = []
         var frameIndices: [FrameKey: [Int]] = [:]
         var samples: [StallReport.Sample] = []
+        /// What the thread was blocked on, per target: samples and first sample (for a stable order).
+        var waits: [WaitTarget: (count: Int, first: Int)] = [:]
         var topCounts: [String: (count: Int, first: Int, summary: StallReport.FrameSummary)] = [:]
         var pauses: [UInt64] = []
 
@@ -66,6 +68,10 @@ struct ReportBuilder {
             // binary), or, for a stall without an exact end, a stack of the loop waiting in epoll.
             let idle = sample.status == .ok
                 && (Self.capturedAfterEnd(sample, snapshot) || StallAggregation.isIdle(indices, in: frames))
+            if let wait = sample.wait, !Self.capturedAfterEnd(sample, snapshot) {
+                let order = waits.count
+                waits[wait, default: (0, order)].count += 1
+            }
             samples.append(StallReport.Sample(
                 offsetMs: Double(offset) / 1e6, status: sample.status, frames: indices, truncated: sample.truncated,
                 label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name,
@@ -84,7 +90,7 @@ struct ReportBuilder {
             timedOut: snapshot.samples.filter { $0.status == .timedOut }.count,
             pauseMedianUs: pauses.isEmpty ? nil : Double(pauses[pauses.count / 2]) / 1e3,
             pauseMaxUs: pauses.last.map { Double($0) / 1e3 })
-        return StallReport(
+        var report = StallReport(
             schema: StallReport.currentSchema, id: snapshot.id, ongoing: snapshot.ongoing, process: process,
             thread: StallReport.ThreadDescription(tid: snapshot.threadID,
                                                   name: threadName(of: snapshot.threadID)),
@@ -99,6 +105,12 @@ struct ReportBuilder {
             frozenMs: snapshot.frozenNanoseconds > 0 ? Double(snapshot.frozenNanoseconds) / 1e6 : nil,
             signature: analysis.signature,
             hottestStack: hottest, callTree: tree, annotations: snapshot.annotations.isEmpty ? nil : snapshot.annotations)
+        if !waits.isEmpty {
+            report.waitingOn = waits.sorted { ($0.value.count, -$0.value.first) > ($1.value.count, -$1.value.first) }
+                .map { StallReport.WaitingOn(kind: $0.key.kind, syscall: $0.key.syscall, target: $0.key.target,
+                                             samples: $0.value.count) }
+        }
+        return report
     }
 
     /// The handler ran after the iteration had ended by the loop's own clock (same CLOCK_MONOTONIC): the loop was

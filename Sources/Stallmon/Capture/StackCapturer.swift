@@ -29,6 +29,8 @@ struct RawSample: Sendable {
     var threadState: Character? = nil
     /// The sampling signal's handler is no longer stallmon's: nothing was sent (status `signalFailed`).
     var handlerReplaced = false
+    /// What the thread was blocked on just before the signal (asleep in a system call), when /proc could tell.
+    var wait: WaitTarget? = nil
 }
 
 /// The watchdog's handle on one capture slot. Not thread-safe: one watchdog owns it.

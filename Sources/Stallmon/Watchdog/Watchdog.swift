@@ -99,6 +99,7 @@ final class Watchdog: Sendable {
         var warnedAboutReplacedHandler = false
         var expectedWake: UInt64?
         var runDelayBeforeSleep = ThreadStats.ownRunDelay() ?? 0
+        var descriptors = DescriptorResolver()
         var loopStats = LoopStatsReporter(loopName: loopName, lineInterval: configuration.loopStatsInterval)
 
         while !stopping.load(ordering: .acquiring) {
@@ -154,13 +155,16 @@ final class Watchdog: Sendable {
                         labelID: currentLabel(), samples: [])
                     snapshot.annotations = annotations.values(for: iteration)
                     snapshot.mode = currentMode()
-                    if let capturer { snapshot.samples.append(takeSample(capturer, tid: boundThread)) }
+                    descriptors = DescriptorResolver()
+                    if let capturer {
+                        snapshot.samples.append(takeSample(capturer, tid: boundThread, descriptors: &descriptors))
+                    }
                     current = Current(snapshot: snapshot, lastSeenBusy: now,
                                       baseline: baseline?.iteration == iteration ? baseline : nil)
                     writer.submit(.begin(snapshot), from: client)
                 case .sample:
                     if let capturer, current != nil {
-                        let sample = takeSample(capturer, tid: boundThread)
+                        let sample = takeSample(capturer, tid: boundThread, descriptors: &descriptors)
                         current?.snapshot.samples.append(sample)
                         if sample.handlerReplaced && !warnedAboutReplacedHandler {
                             warnedAboutReplacedHandler = true
@@ -240,10 +244,16 @@ final class Watchdog: Sendable {
         snapshot.threadClass = StallClassifier.classify(cpu: cpu, runDelay: delay, wall: wall)
     }
 
-    private func takeSample(_ capturer: StackCapturer, tid: Int32) -> RawSample {
-        let state = ThreadStats.state(tid: tid)  // before the signal: in the handler the thread is always R
+    private func takeSample(_ capturer: StackCapturer, tid: Int32, descriptors: inout DescriptorResolver) -> RawSample {
+        // Before the signal: in the handler the thread is always R, and no longer in its system call.
+        let state = ThreadStats.state(tid: tid)
+        var wait: WaitTarget?
+        if state == "S" || state == "D", let call = SystemCall.current(tid: tid) {
+            wait = WaitTarget.of(call) { descriptors.resolve($0) }
+        }
         var sample = capturer.capture(labelID: currentLabel())
         sample.threadState = state
+        sample.wait = wait
         switch sample.status {
         case .ok: counters.samplesCaptured.wrappingAdd(1, ordering: .relaxed)
         case .timedOut, .pending: counters.captureTimeouts.wrappingAdd(1, ordering: .relaxed)

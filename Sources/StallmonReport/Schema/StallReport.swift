@@ -60,6 +60,9 @@ public struct StallReport: Codable, Sendable, Equatable {
     /// For a `Looper`: the run-loop mode the stalled iteration ran in (`default`, or the mode of a nested
     /// `run(in:)`). Absent for other loops.
     public var mode: String?
+    /// What the loop thread was blocked on while asleep in a system call, most samples first: the call, and the
+    /// descriptor's connection, socket, pipe or file. Absent when no sample found it in a system call.
+    public var waitingOn: [WaitingOn]?
 
     /// Members every report has: a file without one of them is incomplete.
     static let requiredKeys = ["schema", "id", "ongoing", "process", "thread", "loop", "thresholdMs", "start",
@@ -70,6 +73,27 @@ public struct StallReport: Codable, Sendable, Equatable {
         case topFrame, captures, samples, frames, images
         case stallClass = "class"
         case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore, phase, mode
+        case waitingOn
+    }
+
+    /// One thing the loop thread waited on, and in how many samples.
+    public struct WaitingOn: Codable, Sendable, Equatable {
+        /// `socket`, `pipe`, `file`, `eventfd`, `lock` (a futex wait: the lock's owner is not resolved yet), `sleep`,
+        /// or `syscall`.
+        public var kind: String
+        /// The system call (`read`, `recvfrom`, `futex`, `nanosleep`, …).
+        public var syscall: String
+        /// What it waited on: `TCP 127.0.0.1:39514 → 10.0.0.5:5432`, `Unix socket /run/db.sock`, `pipe`, a path.
+        public var target: String?
+        /// Samples that found the thread waiting on it.
+        public var samples: Int
+
+        public init(kind: String, syscall: String, target: String? = nil, samples: Int) {
+            self.kind = kind
+            self.syscall = syscall
+            self.target = target
+            self.samples = samples
+        }
     }
 
     public struct ThreadFigures: Codable, Sendable, Equatable {

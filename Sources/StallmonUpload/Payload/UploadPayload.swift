@@ -148,6 +148,13 @@ enum OTLP {
         if let stallClass = report.stallClass {
             attributes.append(KeyValue(key: "stallmon.stall.class", value: .string(stallClass.rawValue)))
         }
+        if let wait = report.waitingOn?.first {
+            attributes.append(KeyValue(key: "stallmon.wait.kind", value: .string(wait.kind)))
+            attributes.append(KeyValue(key: "stallmon.wait.syscall", value: .string(wait.syscall)))
+            if let target = wait.target {
+                attributes.append(KeyValue(key: "stallmon.wait.target", value: .string(target)))
+            }
+        }
         if let figures = report.threadStats {
             attributes.append(KeyValue(key: "stallmon.thread.cpu_ms", value: .double(figures.cpuMs)))
             attributes.append(KeyValue(key: "stallmon.thread.run_delay_ms", value: .double(figures.runDelayMs)))

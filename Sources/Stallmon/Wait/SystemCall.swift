@@ -1,0 +1,95 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The system call a thread of this process is blocked in, from `/proc/self/task/TID/syscall`: its number and its
+/// six arguments. Read by the watchdog thread, never by the loop thread or in the signal handler.
+struct SystemCall: Equatable, Sendable {
+    var number: Int
+    var arguments: [UInt64]
+
+    /// Reads what `tid` is blocked in; nil while it runs (`running`), when it is not in a system call (`-1 …`), or
+    /// when /proc is missing or denied.
+    static func current(tid: Int32) -> SystemCall? {
+        guard let text = ProcFile.read("/proc/self/task/\(tid)/syscall") else { return nil }
+        return parse(text)
+    }
+
+    /// Parses the file's one line: `NR ARG1 … ARG6 SP PC`, numbers in decimal then hexadecimal.
+    static func parse(_ text: String) -> SystemCall? {
+        let fields = text.split(whereSeparator: { $0 == " " || $0 == "\n" })
+        guard fields.count >= 7, let number = Int(fields[0]), number >= 0 else { return nil }
+        var arguments: [UInt64] = []
+        for field in fields[1...6] {
+            guard field.hasPrefix("0x"), let value = UInt64(field.dropFirst(2), radix: 16) else { return nil }
+            arguments.append(value)
+        }
+        return SystemCall(number: number, arguments: arguments)
+    }
+
+    /// The call's name (`read`, `futex`, …), or `syscall N` for one this table does not know.
+    var name: String { Self.names[number] ?? "syscall \(number)" }
+
+    /// The file descriptor the call waits on, for the calls whose first argument is one.
+    var fileDescriptor: Int32? {
+        guard Self.descriptorCalls.contains(number), let first = arguments.first, first <= UInt64(Int32.max) else {
+            return nil
+        }
+        return Int32(first)
+    }
+
+    #if arch(x86_64)
+    /// x86_64 numbers (arch/x86/entry/syscalls/syscall_64.tbl) of the calls a loop thread blocks in.
+    static let names: [Int: String] = [
+        0: "read", 1: "write", 7: "poll", 17: "pread64", 18: "pwrite64", 19: "readv", 20: "writev", 23: "select",
+        26: "msync", 34: "pause", 35: "nanosleep", 42: "connect", 43: "accept", 44: "sendto", 45: "recvfrom",
+        46: "sendmsg", 47: "recvmsg", 61: "wait4", 72: "fcntl", 73: "flock", 74: "fsync", 75: "fdatasync",
+        202: "futex", 230: "clock_nanosleep", 232: "epoll_wait", 247: "waitid", 257: "openat", 270: "pselect6",
+        271: "ppoll", 277: "sync_file_range", 281: "epoll_pwait", 288: "accept4", 299: "recvmmsg", 307: "sendmmsg",
+        426: "io_uring_enter", 441: "epoll_pwait2",
+    ]
+    /// Calls whose first argument is the descriptor they wait on.
+    static let descriptorCalls: Set<Int> = [0, 1, 17, 18, 19, 20, 42, 43, 44, 45, 46, 47, 72, 73, 74, 75, 232, 277,
+                                            281, 288, 299, 307, 441]
+    #elseif arch(arm64)
+    /// arm64 numbers (the generic table, include/uapi/asm-generic/unistd.h).
+    static let names: [Int: String] = [
+        25: "fcntl", 32: "flock", 56: "openat", 63: "read", 64: "write", 65: "readv", 66: "writev", 67: "pread64",
+        68: "pwrite64", 72: "pselect6", 73: "ppoll", 74: "fsync", 83: "fdatasync", 84: "sync_file_range",
+        98: "futex", 101: "nanosleep", 115: "clock_nanosleep", 202: "accept", 203: "connect", 206: "sendto",
+        207: "recvfrom", 211: "sendmsg", 212: "recvmsg", 227: "msync", 242: "accept4", 243: "recvmmsg",
+        260: "wait4", 269: "sendmmsg", 22: "epoll_pwait", 441: "epoll_pwait2", 426: "io_uring_enter",
+    ]
+    static let descriptorCalls: Set<Int> = [25, 32, 63, 64, 65, 66, 67, 68, 74, 83, 84, 202, 203, 206, 207, 211, 212,
+                                            242, 243, 269, 22, 441]
+    #else
+    static let names: [Int: String] = [:]
+    static let descriptorCalls: Set<Int> = []
+    #endif
+}
+
+/// Small /proc files: they report size 0, so read until end of file.
+enum ProcFile {
+    static func read(_ path: String, limit: Int = 1 << 20) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while bytes.count < limit {
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            bytes += buffer[0..<count]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The target of a symbolic link such as `/proc/self/fd/N`.
+    static func link(_ path: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: 4097)
+        let count = readlink(path, &buffer, 4096)
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

@@ -1,0 +1,129 @@
+import Foundation
+@testable import Stallmon
+import StallmonLoop
+@testable import StallmonReport
+import StallmonTestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a blocked stall waited on: parsing /proc's views (pure), then real blocked reads on a monitored loop.
+struct WaitTargetParsingTests {
+    @Test func theSyscallFileGivesTheCallAndItsDescriptor() throws {
+        #if arch(x86_64)
+        let read = try #require(SystemCall.parse("0 0x7 0x7ffd5c2a 0x1000 0x0 0x0 0x0 0x7ffd5c10 0x7f12ab34\n"))
+        #expect(read.name == "read")
+        #expect(read.fileDescriptor == 7)
+        let futex = try #require(SystemCall.parse("202 0x55d0c0 0x80 0x2 0x0 0x0 0x0 0x7ffd 0x7f12\n"))
+        #expect(futex.name == "futex")
+        #expect(futex.fileDescriptor == nil)
+        #endif
+        #expect(SystemCall.parse("running\n") == nil)
+        #expect(SystemCall.parse("-1 0x7ffd5c10 0x7f12ab34\n") == nil)
+        #expect(SystemCall.parse("garbage") == nil)
+        #expect(SystemCall(number: 99_999, arguments: []).name == "syscall 99999")
+    }
+
+    @Test func procNetAddressesDecode() {
+        #expect(DescriptorResolver.address("0100007F:9A4A") == "127.0.0.1:39498")
+        #expect(DescriptorResolver.address("0500000A:1538") == "10.0.0.5:5432")
+        #expect(DescriptorResolver.address("00000000000000000000000001000000:0050") == "[::1]:80")
+        #expect(DescriptorResolver.address("0000000000000000FFFF00000100007F:01BB") == "127.0.0.1:443")
+        #expect(DescriptorResolver.address("B80D0120000000000000000001000000:0016") == "[2001:db8::1]:22")
+        #expect(DescriptorResolver.address("nonsense") == nil)
+    }
+
+    @Test func linksName() {
+        #expect(DescriptorResolver.describe(link: "pipe:[4711]") == ("pipe", "pipe"))
+        #expect(DescriptorResolver.describe(link: "/var/lib/app/ledger.db") == ("file", "/var/lib/app/ledger.db"))
+        #expect(DescriptorResolver.describe(link: "anon_inode:[eventfd]") == ("eventfd", "eventfd"))
+        #expect(DescriptorResolver.describe(link: "socket:[1]").kind == "socket")
+    }
+}
+
+@Suite(.serialized)
+struct WaitTargetMonitorTests {
+    private func monitored(_ name: String, _ directory: String) throws -> (Looper, StallMonitor) {
+        let loop = try Looper(name: name)
+        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                         reportDirectory: directory))
+        monitor.start()
+        return (loop, monitor)
+    }
+
+    @Test func aBlockingReadOfASilentTCPPeerNamesBothAddresses() throws {
+        let directory = makeTemporaryDirectory()
+        // A listener on 127.0.0.1 that accepts (the kernel does, into its backlog) and never answers.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        try withUnsafeMutablePointer(to: &address) { pointer in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+                try #require(bind(listener, raw, length) == 0 && listen(listener, 4) == 0)
+                try #require(getsockname(listener, raw, &length) == 0)
+            }
+        }
+        let serverPort = UInt16(bigEndian: address.sin_port)
+        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(client) }
+        try withUnsafePointer(to: &address) { pointer in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+                try #require(connect(client, raw, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0)
+            }
+        }
+        var local = sockaddr_in()
+        var localLength = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(client, $0, &localLength) }
+        }
+        let clientPort = UInt16(bigEndian: local.sin_port)
+        var timeout = timeval(tv_sec: 0, tv_usec: 250_000)  // the read gives up after 250 ms
+        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+
+        let (loop, monitor) = try monitored("tcp-wait", directory)
+        loop.schedule(after: .milliseconds(20), label: "query") {
+            var byte: UInt8 = 0
+            _ = read(client, &byte, 1)
+        }
+        loop.run(for: .milliseconds(600))
+        monitor.stop()
+        let report = try #require(readReports(directory).first)
+        let wait = try #require(report.waitingOn?.first, "\(String(describing: report.waitingOn))")
+        #expect(wait.kind == "socket")
+        #expect(wait.syscall == "read")
+        #expect(wait.target == "TCP 127.0.0.1:\(clientPort) → 127.0.0.1:\(serverPort)")
+        #expect(wait.samples >= report.samples.count - 2, "\(wait.samples) of \(report.samples.count)")
+        #expect(monitor.statistics.stallsDetected == 1)
+    }
+
+    @Test func aBlockingPipeReadAndASleepAreNamed() throws {
+        let directory = makeTemporaryDirectory()
+        var ends: [Int32] = [0, 0]
+        try #require(pipe(&ends) == 0)
+        defer { close(ends[0]); close(ends[1]) }
+        let writeEnd = ends[1]
+        let readEnd = ends[0]
+        let (loop, monitor) = try monitored("pipe-wait", directory)
+        loop.schedule(after: .milliseconds(20), label: "pipe") {
+            let writer = Thread { usleep(200_000); var byte: UInt8 = 1; _ = write(writeEnd, &byte, 1) }
+            writer.start()
+            var byte: UInt8 = 0
+            _ = read(readEnd, &byte, 1)
+        }
+        loop.schedule(after: .milliseconds(400), label: "nap") { usleep(200_000) }
+        loop.run(for: .milliseconds(800))
+        monitor.stop()
+        let reports = readReports(directory)
+        let pipeReport = try #require(reports.first { $0.label == "pipe" })
+        #expect(pipeReport.waitingOn?.first?.kind == "pipe", "\(String(describing: pipeReport.waitingOn))")
+        #expect(pipeReport.waitingOn?.first?.syscall == "read")
+        let napReport = try #require(reports.first { $0.label == "nap" })
+        #expect(napReport.waitingOn?.first?.kind == "sleep", "\(String(describing: napReport.waitingOn))")
+        #expect(napReport.waitingOn?.first?.syscall == "clock_nanosleep")
+    }
+}
