@@ -127,6 +127,14 @@ struct DemoEndToEndTests {
                         "a report topped by \(function); tops: \(run.reports.values.compactMap(\.topFrame?.symbol))")
             }
             #expect(run.reports.count == 6, "six stalls in 8.5 s: \(run.reports.count)")
+            // …and says what the blocked ones waited on, as the table says.
+            let peer = run.reports(topIn: "readFromSlowPeer").first?.report.waitingOn?.first
+            #expect(peer?.kind == "socket" && peer?.syscall == "read", "\(String(describing: peer))")
+            #expect(peer?.target?.hasPrefix("TCP 127.0.0.1:") == true && peer?.target?.contains(" → 127.0.0.1:") == true,
+                    "\(String(describing: peer))")
+            let lock = run.reports(topIn: "acquireAndRelease").first?.report.waitingOn?.first
+            #expect(lock?.holderName == "ledger-writer", "\(String(describing: lock))")
+            #expect(lock?.target?.hasPrefix("pthread mutex 0x") == true, "\(String(describing: lock))")
         }
     }
 }

@@ -115,6 +115,12 @@ int cstallmon_warm_up(int slot);
 /// -1 if that file could not be read. NOT async-signal-safe (stdio).
 int cstallmon_thread_blocks_signal(pid_t tid, int signal_number);
 
+/// Copies `length` bytes at `address` of this process into `buffer` with process_vm_readv on our own pid: a read
+/// that cannot fault, so the watchdog can look at a lock word another thread may free at any moment. Returns 0
+/// when every byte was read, -1 otherwise (unmapped, partially mapped, or the call denied). Async-signal-safe
+/// (one system call).
+int cstallmon_read_own_memory(uintptr_t address, void *buffer, size_t length);
+
 /// The kernel thread id of the caller. Async-signal-safe.
 pid_t cstallmon_gettid(void);
 

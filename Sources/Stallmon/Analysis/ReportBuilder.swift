@@ -108,6 +108,7 @@ struct ReportBuilder {
         if !waits.isEmpty {
             report.waitingOn = waits.sorted { ($0.value.count, -$0.value.first) > ($1.value.count, -$1.value.first) }
                 .map { StallReport.WaitingOn(kind: $0.key.kind, syscall: $0.key.syscall, target: $0.key.target,
+                                             holderThread: $0.key.holderThread, holderName: $0.key.holderName,
                                              samples: $0.value.count) }
         }
         return report

@@ -5,17 +5,35 @@ struct WaitTarget: Hashable, Sendable {
     var kind: String
     /// The system call's name.
     var syscall: String
-    /// What it waits on, when known: `TCP 127.0.0.1:39514 → 10.0.0.5:5432`, `Unix socket /run/db.sock`, a path.
+    /// What it waits on, when known: `TCP 127.0.0.1:39514 → 10.0.0.5:5432`, `Unix socket /run/db.sock`, a path,
+    /// `pthread mutex 0x… held by thread 4711 "db-writer"`.
     var target: String?
+    /// For a lock: the thread holding it, its name, and whether it had exited by the time the sample looked.
+    var holderThread: Int32? = nil
+    var holderName: String? = nil
 
-    /// Classifies `call`, resolving its descriptor with `resolve` (fd → kind and description).
-    static func of(_ call: SystemCall, resolve: (Int32) -> (kind: String, target: String)?) -> WaitTarget {
+    /// Classifies `call` of thread `waiter`, resolving its descriptor with `resolve` (fd → kind and description)
+    /// and a futex's holder with `holder`.
+    static func of(_ call: SystemCall, waiter: Int32, resolve: (Int32) -> (kind: String, target: String)?,
+                   holder: (SystemCall, Int32) -> LockOwner.Holder? = { LockOwner.holder(of: $0, waiter: $1) },
+                   threadName: (Int32) -> String? = { LockOwner.threadExists($0) ? Stallmon.threadName(of: $0) : nil })
+        -> WaitTarget
+    {
         let name = call.name
         if let fd = call.fileDescriptor, let (kind, target) = resolve(fd) {
             return WaitTarget(kind: kind, syscall: name, target: target)
         }
         switch name {
-        case "futex": return WaitTarget(kind: "lock", syscall: name, target: nil)
+        case "futex":
+            let address = "0x" + String(call.arguments.first ?? 0, radix: 16)
+            guard let found = holder(call, waiter) else {
+                return WaitTarget(kind: "lock", syscall: name, target: "futex \(address) (owner unknown: a condition "
+                    + "variable, semaphore or other futex user)")
+            }
+            let holderName = threadName(found.tid)
+            let who = holderName.map { "thread \(found.tid) \"\($0)\"" } ?? "thread \(found.tid), which has exited"
+            return WaitTarget(kind: "lock", syscall: name, target: "\(found.kind) \(address) held by \(who)",
+                              holderThread: found.tid, holderName: holderName)
         case "nanosleep", "clock_nanosleep", "pause": return WaitTarget(kind: "sleep", syscall: name, target: nil)
         default: return WaitTarget(kind: "syscall", syscall: name, target: nil)
         }

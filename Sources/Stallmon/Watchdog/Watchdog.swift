@@ -249,7 +249,7 @@ final class Watchdog: Sendable {
         let state = ThreadStats.state(tid: tid)
         var wait: WaitTarget?
         if state == "S" || state == "D", let call = SystemCall.current(tid: tid) {
-            wait = WaitTarget.of(call) { descriptors.resolve($0) }
+            wait = WaitTarget.of(call, waiter: tid) { descriptors.resolve($0) }
         }
         var sample = capturer.capture(labelID: currentLabel())
         sample.threadState = state

@@ -78,20 +78,26 @@ public struct StallReport: Codable, Sendable, Equatable {
 
     /// One thing the loop thread waited on, and in how many samples.
     public struct WaitingOn: Codable, Sendable, Equatable {
-        /// `socket`, `pipe`, `file`, `eventfd`, `lock` (a futex wait: the lock's owner is not resolved yet), `sleep`,
-        /// or `syscall`.
+        /// `socket`, `pipe`, `file`, `eventfd`, `lock` (a futex wait), `sleep`, or `syscall`.
         public var kind: String
         /// The system call (`read`, `recvfrom`, `futex`, `nanosleep`, …).
         public var syscall: String
         /// What it waited on: `TCP 127.0.0.1:39514 → 10.0.0.5:5432`, `Unix socket /run/db.sock`, `pipe`, a path.
         public var target: String?
+        /// For a lock whose owner the lock records (a pthread mutex, `NIOLock`, `NSLock`, `Synchronization.Mutex`):
+        /// the holding thread's id and name (no name: it had exited when the sample looked).
+        public var holderThread: Int32?
+        public var holderName: String?
         /// Samples that found the thread waiting on it.
         public var samples: Int
 
-        public init(kind: String, syscall: String, target: String? = nil, samples: Int) {
+        public init(kind: String, syscall: String, target: String? = nil, holderThread: Int32? = nil,
+                    holderName: String? = nil, samples: Int) {
             self.kind = kind
             self.syscall = syscall
             self.target = target
+            self.holderThread = holderThread
+            self.holderName = holderName
             self.samples = samples
         }
     }

@@ -154,6 +154,12 @@ enum OTLP {
             if let target = wait.target {
                 attributes.append(KeyValue(key: "stallmon.wait.target", value: .string(target)))
             }
+            if let holder = wait.holderThread {
+                attributes.append(KeyValue(key: "stallmon.wait.holder.thread", value: .int(Int(holder))))
+                if let name = wait.holderName {
+                    attributes.append(KeyValue(key: "stallmon.wait.holder.thread_name", value: .string(name)))
+                }
+            }
         }
         if let figures = report.threadStats {
             attributes.append(KeyValue(key: "stallmon.thread.cpu_ms", value: .double(figures.cpuMs)))

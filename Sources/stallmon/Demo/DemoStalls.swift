@@ -38,22 +38,42 @@ enum DemoStalls {
         while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
     }
 
-    /// Blocking read of a pipe whose writer, another thread, answers only after `milliseconds`.
+    /// Blocking read of a TCP connection to a peer on 127.0.0.1, another thread, that answers only after
+    /// `milliseconds` (a slow database, say): the report names both ends of the connection.
     @inline(never)
     static func readFromSlowPeer(milliseconds: Int) -> Int {
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { return -1 }
-        let writer = fds[1]
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard listener >= 0 else { return -1 }
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let listening = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+                bind(listener, raw, length) == 0 && listen(listener, 1) == 0 && getsockname(listener, raw, &length) == 0
+            }
+        }
+        guard listening else { return -1 }
+        let connection = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard connection >= 0 else { return -1 }
+        defer { close(connection) }
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(connection, $0, length) == 0 }
+        }
+        guard connected else { return -1 }
+        let peer = accept(listener, nil, nil)
+        guard peer >= 0 else { return -1 }
         Thread.detachNewThread {
+            Thread.current.name = "slow-peer"
             usleep(UInt32(milliseconds) * 1000)
             var byte: UInt8 = 42
-            _ = write(writer, &byte, 1)
-            close(writer)
+            _ = write(peer, &byte, 1)
+            close(peer)
         }
         var byte: UInt8 = 0
         var got = -1
-        repeat { got = read(fds[0], &byte, 1) } while got < 0 && errno == EINTR
-        close(fds[0])
+        repeat { got = read(connection, &byte, 1) } while got < 0 && errno == EINTR
         return got
     }
 
@@ -62,6 +82,7 @@ enum DemoStalls {
     static func waitForContendedLock(_ lock: ContendedLock, milliseconds: Int) {
         let holding = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
+            Thread.current.name = "ledger-writer"  // the report names the lock's holder by this name
             lock.holdFor(milliseconds: milliseconds, signalWhenHeld: holding)
         }
         holding.wait()
