@@ -366,6 +366,91 @@ struct CaptureCost {
                                unit: "us", peerName: name, peer: peer, ratio: peer / ourWall, ratioMeaning: "× faster",
                                target: name == "eu-stack" ? "≥ 300×" : nil))
         }
+        try WaitResolutionCost(quick: quick).run(results)
+    }
+}
+
+/// What saying "waiting for what" adds to a sample, on the watchdog thread (the loop thread pays nothing: it is
+/// asleep in its system call and /proc is read before the signal): a thread blocked reading a TCP connection on
+/// 127.0.0.1, and one blocked on a pthread mutex another thread holds.
+struct WaitResolutionCost {
+    let quick: Bool
+
+    func run(_ results: Results) throws {
+        let rounds = quick ? 200 : 2000
+        // A TCP connection whose peer never writes, read by a thread that blocks in read(2).
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+                bind(listener, raw, length) == 0 && listen(listener, 1) == 0 && getsockname(listener, raw, &length) == 0
+            }
+        }
+        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(client) }
+        _ = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) }
+        }
+        let reader = Atomic<Int32>(0)
+        Thread.detachNewThread {
+            reader.store(cstallmon_gettid(), ordering: .releasing)
+            var byte: UInt8 = 0
+            _ = read(client, &byte, 1)  // until the client is shut down below
+        }
+        let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+        pthread_mutex_lock(mutex)
+        let address_ = UInt(bitPattern: mutex)
+        let waiter = Atomic<Int32>(0)
+        Thread.detachNewThread {
+            waiter.store(cstallmon_gettid(), ordering: .releasing)
+            let lock = UnsafeMutablePointer<pthread_mutex_t>(bitPattern: address_)!
+            pthread_mutex_lock(lock)
+            pthread_mutex_unlock(lock)
+        }
+        usleep(50_000)  // both are asleep in their system calls by now
+        defer {
+            shutdown(client, Int32(SHUT_RDWR))
+            pthread_mutex_unlock(mutex)
+            usleep(10_000)
+        }
+
+        func time(_ tid: Int32, fresh: Bool, resolver: inout DescriptorResolver) -> (Double, String?) {
+            if fresh { resolver = DescriptorResolver() }
+            let start = nowNanoseconds()
+            var target: String?
+            if let call = SystemCall.current(tid: tid) {
+                target = WaitTarget.of(call, waiter: tid) { resolver.resolve($0) }.target
+            }
+            return (Double(nowNanoseconds() - start) / 1e3, target)
+        }
+        var resolver = DescriptorResolver()
+        var first: [Double] = []
+        var cached: [Double] = []
+        var lock: [Double] = []
+        var seen: [String?] = [nil, nil]
+        for round in 0..<rounds {
+            let (micros, target) = time(reader.load(ordering: .acquiring), fresh: round % 20 == 0, resolver: &resolver)
+            if round % 20 == 0 { first.append(micros) } else { cached.append(micros) }
+            seen[0] = target
+            let (lockMicros, lockTarget) = time(waiter.load(ordering: .acquiring), fresh: false, resolver: &resolver)
+            lock.append(lockMicros)
+            seen[1] = lockTarget
+        }
+        print("  (a socket read: \(seen[0] ?? "not resolved"); a lock: \(seen[1] ?? "not resolved"))")
+        results.add(Figure(section: "capture", name: "what a blocked read waits on, per sample, median",
+                           value: Stats.median(cached), unit: "us", target: "≤ 50 us",
+                           note: String(format: "p99 %.1f us", Stats.percentile(cached, 0.99))))
+        results.add(Figure(section: "capture", name: "  first sample of a stall (resolves the descriptor), median",
+                           value: Stats.median(first), unit: "us",
+                           note: String(format: "p99 %.1f us", Stats.percentile(first, 0.99))))
+        results.add(Figure(section: "capture", name: "which thread holds a pthread mutex, per sample, median",
+                           value: Stats.median(lock), unit: "us", target: "≤ 50 us",
+                           note: String(format: "p99 %.1f us", Stats.percentile(lock, 0.99))))
     }
 }
 

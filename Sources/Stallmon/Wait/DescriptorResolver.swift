@@ -1,114 +1,105 @@
-/// Names what a file descriptor of this process is, from /proc: `readlink /proc/self/fd/N`, then for sockets the
-/// connection in `/proc/self/net/{tcp,tcp6,udp,udp6,unix}` found by inode. The watchdog keeps one per stall, so
-/// each descriptor is resolved once per stall (the network tables are the costly part); a descriptor that is
-/// closed and reused meanwhile has another link and is resolved again.
-struct DescriptorResolver {
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Names what a file descriptor of this process is: `readlink /proc/self/fd/N` for its kind (socket, pipe, file),
+/// then, for a socket, its two ends from `getsockname` / `getpeername` on the descriptor itself, which the watchdog
+/// may call on any descriptor of its own process (no /proc/net: reading `/proc/net/tcp` walks the kernel's whole
+/// connection table, 5 ms here). The watchdog keeps one per stall, so each descriptor is resolved once per stall; a
+/// descriptor closed and reused meanwhile has another link and is resolved again.
+package struct DescriptorResolver {
+    package init() {}
+
     private var cache: [String: (kind: String, target: String)] = [:]
 
-    mutating func resolve(_ fd: Int32) -> (kind: String, target: String)? {
+    package mutating func resolve(_ fd: Int32) -> (kind: String, target: String)? {
         guard let link = ProcFile.link("/proc/self/fd/\(fd)") else { return nil }
         if let known = cache[link] { return known }
-        let resolved = Self.describe(link: link)
+        var resolved = Self.describe(link: link)
+        if resolved.kind == "socket", let ends = Self.socketEnds(fd),
+           ProcFile.link("/proc/self/fd/\(fd)") == link  // still the same socket: not closed and reused meanwhile
+        {
+            resolved.target = ends
+        }
         cache[link] = resolved
         return resolved
     }
 
     /// The kind and description of a descriptor whose `/proc/self/fd` link is `link`.
     static func describe(link: String) -> (kind: String, target: String) {
-        if let inode = inode(in: link, prefix: "socket:[") {
-            return ("socket", socket(inode: inode) ?? "socket (inode \(inode))")
-        }
+        if link.hasPrefix("socket:[") { return ("socket", "socket \(link.dropFirst("socket:".count))") }
         if link.hasPrefix("pipe:[") { return ("pipe", "pipe") }
         if link.hasPrefix("anon_inode:") {
-            let what = link.dropFirst("anon_inode:".count).trimmingCharacters(in: ["[", "]"])
+            var what = Substring(link.dropFirst("anon_inode:".count))
+            if what.hasPrefix("[") && what.hasSuffix("]") { what = what.dropFirst().dropLast() }
             return (what == "eventfd" ? "eventfd" : "file", String(what))
         }
         return ("file", link)
     }
 
-    private static func inode(in link: String, prefix: String) -> UInt64? {
-        guard link.hasPrefix(prefix), link.hasSuffix("]") else { return nil }
-        return UInt64(link.dropFirst(prefix.count).dropLast())
+    /// `TCP local → peer`, `UDP local → peer` (or `UDP local` unconnected), `Unix socket PATH`.
+    static func socketEnds(_ fd: Int32) -> String? {
+        var type: Int32 = 0
+        var size = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &size) == 0 else { return nil }
+        let local = address(of: fd, peer: false)
+        let peer = address(of: fd, peer: true)
+        guard let local else { return nil }
+        if local.family == sa_family_t(AF_UNIX) {
+            let path = [local.text, peer?.text ?? ""].first { !$0.isEmpty }
+            return "Unix socket " + (path ?? "(unnamed)")
+        }
+        let transport = type == Int32(SOCK_STREAM.rawValue) ? "TCP" : type == Int32(SOCK_DGRAM.rawValue) ? "UDP" : "IP"
+        return "\(transport) \(local.text)" + (peer.map { " → \($0.text)" } ?? "")
     }
 
-    /// `TCP local → peer`, `UDP local → peer`, or `Unix socket PATH`, looked up by inode.
-    static func socket(inode: UInt64) -> String? {
-        for (file, name) in [("tcp", "TCP"), ("tcp6", "TCP"), ("udp", "UDP"), ("udp6", "UDP")] {
-            guard let table = ProcFile.read("/proc/self/net/\(file)", limit: 16 << 20) else { continue }
-            if let connection = internetConnection(inode: inode, table: table) { return "\(name) \(connection)" }
-        }
-        if let table = ProcFile.read("/proc/self/net/unix", limit: 16 << 20) {
-            for line in table.split(separator: "\n").dropFirst() {
-                let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-                guard fields.count >= 7, UInt64(fields[6]) == inode else { continue }
-                return fields.count >= 8 ? "Unix socket \(fields[7])" : "Unix socket (unnamed)"
+    /// One end of a socket as text: `127.0.0.1:39514`, `[::1]:80`, a Unix path (`@name` for an abstract one).
+    static func address(of fd: Int32, peer: Bool) -> (family: sa_family_t, text: String)? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let result = withUnsafeMutablePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                peer ? getpeername(fd, $0, &length) : getsockname(fd, $0, &length)
             }
         }
-        return nil
+        guard result == 0 else { return nil }
+        return withUnsafePointer(to: &storage) { pointer in
+            format(UnsafeRawPointer(pointer), length: Int(length))
+        }
     }
 
-    /// `local → remote` of the row of `table` (a /proc/net/tcp-style table) with `inode`.
-    static func internetConnection(inode: UInt64, table: String) -> String? {
-        for line in table.split(separator: "\n").dropFirst() {
-            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-            guard fields.count >= 10, UInt64(fields[9]) == inode,
-                  let local = address(fields[1]), let remote = address(fields[2]) else { continue }
-            return "\(local) → \(remote)"
-        }
-        return nil
-    }
-
-    /// `0100007F:9A4A` → `127.0.0.1:39498`; 32 hex digits for IPv6 → `[::1]:port`. The kernel prints each 32-bit
-    /// word of the address in host byte order (little-endian here).
-    static func address(_ field: Substring) -> String? {
-        let parts = field.split(separator: ":")
-        guard parts.count == 2, let port = UInt16(parts[1], radix: 16) else { return nil }
-        let hex = parts[0]
-        var bytes: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2, limitedBy: hex.endIndex) ?? hex.endIndex
-            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
-            bytes.append(byte)
-            index = next
-        }
-        // Undo the per-word byte order.
-        var ordered: [UInt8] = []
-        for word in stride(from: 0, to: bytes.count, by: 4) where word + 4 <= bytes.count {
-            ordered += bytes[word..<(word + 4)].reversed()
-        }
-        switch ordered.count {
-        case 4:
-            return ordered.map(String.init).joined(separator: ".") + ":\(port)"
-        case 16:
-            if ordered[0..<10].allSatisfy({ $0 == 0 }) && ordered[10] == 0xff && ordered[11] == 0xff {
-                return ordered[12...].map(String.init).joined(separator: ".") + ":\(port)"  // IPv4-mapped
+    /// Formats a socket address (`sockaddr_in`, `sockaddr_in6`, `sockaddr_un`) of `length` bytes.
+    static func format(_ raw: UnsafeRawPointer, length: Int) -> (family: sa_family_t, text: String)? {
+        let family = raw.load(as: sa_family_t.self)
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        switch Int32(family) {
+        case AF_INET:
+            var address = raw.load(as: sockaddr_in.self)
+            guard inet_ntop(AF_INET, &address.sin_addr, &buffer, socklen_t(buffer.count)) != nil else { return nil }
+            return (family, text(buffer) + ":\(UInt16(bigEndian: address.sin_port))")
+        case AF_INET6:
+            var address = raw.load(as: sockaddr_in6.self)
+            guard inet_ntop(AF_INET6, &address.sin6_addr, &buffer, socklen_t(buffer.count)) != nil else { return nil }
+            let host = text(buffer)
+            if host.hasPrefix("::ffff:") && host.contains(".") {  // IPv4-mapped
+                return (family, String(host.dropFirst("::ffff:".count)) + ":\(UInt16(bigEndian: address.sin6_port))")
             }
-            var groups: [String] = []
-            for group in stride(from: 0, to: 16, by: 2) {
-                groups.append(String(UInt16(ordered[group]) << 8 | UInt16(ordered[group + 1]), radix: 16))
+            return (family, "[\(host)]:\(UInt16(bigEndian: address.sin6_port))")
+        case AF_UNIX:
+            let pathOffset = MemoryLayout<sa_family_t>.size
+            let count = max(0, length - pathOffset)
+            let bytes = (0..<count).map { raw.load(fromByteOffset: pathOffset + $0, as: UInt8.self) }
+            guard let first = bytes.first else { return (family, "") }
+            if first == 0 {  // abstract namespace
+                return (family, "@" + String(decoding: bytes.dropFirst().prefix { $0 != 0 }, as: UTF8.self))
             }
-            return "[\(compressed(groups))]:\(port)"
+            return (family, String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self))
         default:
             return nil
         }
     }
 
-    /// RFC 5952: the longest run of two or more zero groups becomes `::`.
-    private static func compressed(_ groups: [String]) -> String {
-        var best = (start: -1, length: 0)
-        var run = (start: -1, length: 0)
-        for (index, group) in groups.enumerated() {
-            if group == "0" {
-                run = run.start < 0 ? (index, 1) : (run.start, run.length + 1)
-                if run.length > best.length { best = run }
-            } else {
-                run = (-1, 0)
-            }
-        }
-        guard best.length >= 2 else { return groups.joined(separator: ":") }
-        let head = groups[..<best.start].joined(separator: ":")
-        let tail = groups[(best.start + best.length)...].joined(separator: ":")
-        return head + "::" + tail
+    private static func text(_ buffer: [CChar]) -> String {
+        String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

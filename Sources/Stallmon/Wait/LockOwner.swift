@@ -14,11 +14,11 @@ import Glibc
 /// - Swift's `Synchronization.Mutex` on Linux (and priority-inheritance pthread mutexes): `FUTEX_LOCK_PI`, whose
 ///   word holds the owner's tid (`FUTEX_TID_MASK`) by kernel contract.
 /// - Anything else (condition variables, semaphores, other futex users): the owner is unknown, and said so.
-enum LockOwner {
+package enum LockOwner {
     /// A lock whose holder was found.
-    struct Holder: Hashable, Sendable {
-        var kind: String
-        var tid: Int32
+    package struct Holder: Hashable, Sendable {
+        package var kind: String
+        package var tid: Int32
     }
 
     static let futexWait = 0
@@ -28,7 +28,7 @@ enum LockOwner {
 
     /// The lock `call` (a futex call of thread `waiter`) waits for and its holder, or nil when the word is not a
     /// lock that records its owner. `read` copies memory without faulting.
-    static func holder(of call: SystemCall, waiter: Int32,
+    package static func holder(of call: SystemCall, waiter: Int32,
                        read: (UInt64, Int) -> [UInt8]? = readOwnMemory) -> Holder? {
         guard call.arguments.count >= 3 else { return nil }
         let address = call.arguments[0]

@@ -4,13 +4,13 @@ import Glibc
 
 /// The system call a thread of this process is blocked in, from `/proc/self/task/TID/syscall`: its number and its
 /// six arguments. Read by the watchdog thread, never by the loop thread or in the signal handler.
-struct SystemCall: Equatable, Sendable {
+package struct SystemCall: Equatable, Sendable {
     var number: Int
     var arguments: [UInt64]
 
     /// Reads what `tid` is blocked in; nil while it runs (`running`), when it is not in a system call (`-1 …`), or
     /// when /proc is missing or denied.
-    static func current(tid: Int32) -> SystemCall? {
+    package static func current(tid: Int32) -> SystemCall? {
         guard let text = ProcFile.read("/proc/self/task/\(tid)/syscall") else { return nil }
         return parse(text)
     }
@@ -28,7 +28,7 @@ struct SystemCall: Equatable, Sendable {
     }
 
     /// The call's name (`read`, `futex`, …), or `syscall N` for one this table does not know.
-    var name: String { Self.names[number] ?? "syscall \(number)" }
+    package var name: String { Self.names[number] ?? "syscall \(number)" }
 
     /// The file descriptor the call waits on, for the calls whose first argument is one.
     var fileDescriptor: Int32? {

@@ -1,20 +1,20 @@
 /// What a loop thread blocked in a system call was waiting on, as one sample saw it: the call, and what the
 /// descriptor it waits on is (a TCP connection with both addresses, a Unix socket, a pipe, a file).
-struct WaitTarget: Hashable, Sendable {
+package struct WaitTarget: Hashable, Sendable {
     /// `socket`, `pipe`, `file`, `eventfd`, `lock` (a futex), `sleep`, or `syscall` for anything else.
-    var kind: String
+    package var kind: String
     /// The system call's name.
-    var syscall: String
+    package var syscall: String
     /// What it waits on, when known: `TCP 127.0.0.1:39514 → 10.0.0.5:5432`, `Unix socket /run/db.sock`, a path,
     /// `pthread mutex 0x… held by thread 4711 "db-writer"`.
-    var target: String?
+    package var target: String?
     /// For a lock: the thread holding it, its name, and whether it had exited by the time the sample looked.
     var holderThread: Int32? = nil
     var holderName: String? = nil
 
     /// Classifies `call` of thread `waiter`, resolving its descriptor with `resolve` (fd → kind and description)
     /// and a futex's holder with `holder`.
-    static func of(_ call: SystemCall, waiter: Int32, resolve: (Int32) -> (kind: String, target: String)?,
+    package static func of(_ call: SystemCall, waiter: Int32, resolve: (Int32) -> (kind: String, target: String)?,
                    holder: (SystemCall, Int32) -> LockOwner.Holder? = { LockOwner.holder(of: $0, waiter: $1) },
                    threadName: (Int32) -> String? = { LockOwner.threadExists($0) ? Stallmon.threadName(of: $0) : nil })
         -> WaitTarget

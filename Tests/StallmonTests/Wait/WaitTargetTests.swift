@@ -26,20 +26,36 @@ struct WaitTargetParsingTests {
         #expect(SystemCall(number: 99_999, arguments: []).name == "syscall 99999")
     }
 
-    @Test func procNetAddressesDecode() {
-        #expect(DescriptorResolver.address("0100007F:9A4A") == "127.0.0.1:39498")
-        #expect(DescriptorResolver.address("0500000A:1538") == "10.0.0.5:5432")
-        #expect(DescriptorResolver.address("00000000000000000000000001000000:0050") == "[::1]:80")
-        #expect(DescriptorResolver.address("0000000000000000FFFF00000100007F:01BB") == "127.0.0.1:443")
-        #expect(DescriptorResolver.address("B80D0120000000000000000001000000:0016") == "[2001:db8::1]:22")
-        #expect(DescriptorResolver.address("nonsense") == nil)
-    }
-
     @Test func linksName() {
         #expect(DescriptorResolver.describe(link: "pipe:[4711]") == ("pipe", "pipe"))
         #expect(DescriptorResolver.describe(link: "/var/lib/app/ledger.db") == ("file", "/var/lib/app/ledger.db"))
         #expect(DescriptorResolver.describe(link: "anon_inode:[eventfd]") == ("eventfd", "eventfd"))
         #expect(DescriptorResolver.describe(link: "socket:[1]").kind == "socket")
+    }
+
+    @Test func socketEndsComeFromTheDescriptorItself() throws {
+        var pair: [Int32] = [0, 0]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+        defer { close(pair[0]); close(pair[1]) }
+        #expect(DescriptorResolver.socketEnds(pair[0]) == "Unix socket (unnamed)")
+        // An IPv6 UDP socket connected to [::1]:9 (nothing is sent).
+        let udp = socket(AF_INET6, Int32(SOCK_DGRAM.rawValue), 0)
+        try #require(udp >= 0)
+        defer { close(udp) }
+        var address = sockaddr_in6()
+        address.sin6_family = sa_family_t(AF_INET6)
+        address.sin6_port = UInt16(9).bigEndian
+        address.sin6_addr.__in6_u.__u6_addr8.15 = 1
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(udp, $0, socklen_t(MemoryLayout<sockaddr_in6>.size))
+            }
+        }
+        if connected == 0 {  // a host without IPv6 loopback cannot, and that is not what this checks
+            let ends = try #require(DescriptorResolver.socketEnds(udp))
+            #expect(ends.hasPrefix("UDP [::1]:") && ends.hasSuffix(" → [::1]:9"), "\(ends)")
+        }
+        #expect(DescriptorResolver.socketEnds(-1) == nil)
     }
 }
 
