@@ -9,6 +9,8 @@ extension Looper {
     func runLoop(mode: LooperMode, deadline: UInt64?, returnAfterSourceHandled: Bool,
                  finishWhenEmpty: Bool) -> LooperRunResult {
         let nested = isOnLoopThread
+        // A loop run from inside another loop's callback on this thread: that loop is current again afterwards.
+        let previousCurrent = nested ? nil : cstallmon_loop_current()
         if !nested {
             guard !running.exchange(true, ordering: .acquiringAndReleasing) else { return .runningOnAnotherThread }
             loopThreadHandle.store(UInt(pthread_self()), ordering: .relaxed)
@@ -25,7 +27,7 @@ extension Looper {
                 currentLabelStorage.store(outerLabel, ordering: .relaxed)
             } else {
                 currentLabelStorage.store(0, ordering: .relaxed)
-                cstallmon_loop_set_current(nil)
+                cstallmon_loop_set_current(previousCurrent)
                 loopThreadHandle.store(0, ordering: .relaxed)
                 running.store(false, ordering: .releasing)
             }

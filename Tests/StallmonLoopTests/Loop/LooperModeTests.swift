@@ -206,4 +206,19 @@ struct LooperModeTests {
         #expect(seen.value == ["default", "current", "tests.tracking", "default"])
         #expect(Looper.current == nil)
     }
+
+    @Test("a loop run inside another loop's callback is current while it runs, then the outer one again")
+    func currentAcrossTwoLoops() throws {
+        let outer = try Looper(name: "modes-outer")
+        let inner = try Looper(name: "modes-inner")
+        let seen = Locked<[String]>([])
+        inner.perform { seen.append(Looper.current?.name ?? "nil"); inner.stop() }
+        outer.perform {
+            inner.run(for: .seconds(1))
+            seen.append(Looper.current?.name ?? "nil")
+            outer.stop()
+        }
+        #expect(runBounded(outer) { $0.run() })
+        #expect(seen.value == ["modes-inner", "modes-outer"])
+    }
 }
