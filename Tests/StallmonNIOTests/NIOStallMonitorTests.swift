@@ -66,7 +66,13 @@ struct NIOStallMonitorTests {
 
         // `.singleton` is shared with the rest of the test process (other suites' clients run on it): count ours.
         let ours = found.filter { $0.topFrame?.symbol.contains("StallingHandler") == true }
-        #expect(ours.count == 3, "\(found.map { ($0.topFrame?.symbol ?? "-", $0.durationMs) })")
+        // A near miss (40 ms of CPU) is reported only when the loop thread waited for a CPU long enough to push the
+        // tick over the threshold (a loaded 2-core machine): then its own figures say so, and it is a true stall.
+        let starvedNearMisses = ours.filter { report in
+            report.durationMs < 150 && report.durationMs - (report.threadStats?.runDelayMs ?? 0)
+                - (report.frozenMs ?? 0) < Double(Self.threshold)
+        }
+        #expect(ours.count - starvedNearMisses.count == 3, "\(found.map { ($0.topFrame?.symbol ?? "-", $0.durationMs) })")
         let measured = server.measured.withLockedValue { $0 }
         for (path, expectedClass, method) in [("/spin", StallClass.cpu, "burnCPUInChannelRead"),
                                               ("/sleep", .blocked, "sleepInChannelRead"),
