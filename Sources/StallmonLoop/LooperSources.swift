@@ -83,7 +83,8 @@ public final class LooperFDSource: Sendable {
 }
 
 /// A manually signalled source (CFRunLoop's "source0"): `signal()` from any thread makes its handler run once on
-/// the loop thread during the next `beforeSources` phase of a pass in its mode. Several signals before it runs coalesce into one call.
+/// the loop thread during the next `beforeSources` phase of a pass in its mode. Several signals before it runs
+/// coalesce into one call.
 public final class LooperCustomSource: Sendable {
     public let label: LooperLabel
     /// The mode the source runs in.

@@ -146,7 +146,9 @@ struct LoopOverhead {
                 // Alternate which goes first, so drift in machine speed does not favour one side.
                 let order: [Hook] = round % 2 == 0 ? [.none, .monitor] : [.monitor, .none]
                 var pair: [Hook: Measurement] = [:]
-                for hook in order { pair[hook] = try bench.measure(hook, segment: segment, scratch: scratch, logger: logger) }
+                for hook in order {
+                    pair[hook] = try bench.measure(hook, segment: segment, scratch: scratch, logger: logger)
+                }
                 let plain = pair[.none]!
                 let monitored = pair[.monitor]!
                 off.append(plain)

@@ -66,9 +66,9 @@ struct ReportBuilder {
             let offset = sample.capturedAt > snapshot.since ? sample.capturedAt - snapshot.since : 0
             // Idle: taken after the loop's own end of the iteration (exact, needs no symbols, so it works on a stripped
             // binary), or, for a stall without an exact end, a stack of the loop waiting in epoll.
-            let idle = sample.status == .ok
-                && (Self.capturedAfterEnd(sample, snapshot) || StallAggregation.isIdle(indices, in: frames))
-            if let wait = sample.wait, !Self.capturedAfterEnd(sample, snapshot) {
+            let afterEnd = Self.capturedAfterEnd(sample, snapshot)
+            let idle = sample.status == .ok && (afterEnd || StallAggregation.isIdle(indices, in: frames))
+            if let wait = sample.wait, !afterEnd {
                 let order = waits.count
                 waits[wait, default: (0, order)].count += 1
             }

@@ -188,7 +188,8 @@ final class ReportWriter: Sendable {
             event.message = "the process did not run (SIGSTOP, debugger or VM pause); not counted as a stall"
             log(event, client: client, state: &state)
         case .loopStats(let line, let threadID):
-            var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()), event: "loop.stats")
+            var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
+                                   event: "loop.stats")
             event.loop = line.loopName
             event.tid = threadID
             let window = line.window

@@ -67,9 +67,4 @@ package enum LockOwner {
         let result = bytes.withUnsafeMutableBytes { cstallmon_read_own_memory(UInt(address), $0.baseAddress, length) }
         return result == 0 ? bytes : nil
     }
-
-    /// True while thread `tid` of this process exists.
-    static func threadExists(_ tid: Int32) -> Bool {
-        access("/proc/self/task/\(tid)", F_OK) == 0
-    }
 }

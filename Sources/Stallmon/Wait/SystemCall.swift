@@ -67,29 +67,3 @@ package struct SystemCall: Equatable, Sendable {
     static let descriptorCalls: Set<Int> = []
     #endif
 }
-
-/// Small /proc files: they report size 0, so read until end of file.
-enum ProcFile {
-    static func read(_ path: String, limit: Int = 1 << 20) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while bytes.count < limit {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { break }
-            bytes += buffer[0..<count]
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
-    /// The target of a symbolic link such as `/proc/self/fd/N`.
-    static func link(_ path: String) -> String? {
-        var buffer = [CChar](repeating: 0, count: 4097)
-        let count = readlink(path, &buffer, 4096)
-        guard count > 0 else { return nil }
-        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-}

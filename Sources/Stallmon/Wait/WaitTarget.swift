@@ -8,17 +8,15 @@ package struct WaitTarget: Hashable, Sendable {
     /// What it waits on, when known: `TCP 127.0.0.1:39514 → 10.0.0.5:5432`, `Unix socket /run/db.sock`, a path,
     /// `pthread mutex 0x… held by thread 4711 "db-writer"`.
     package var target: String?
-    /// For a lock: the thread holding it, its name, and whether it had exited by the time the sample looked.
+    /// For a lock: the thread holding it, and its name (nil: it had exited by the time the sample looked).
     var holderThread: Int32? = nil
     var holderName: String? = nil
 
     /// Classifies `call` of thread `waiter`, resolving its descriptor with `resolve` (fd → kind and description)
     /// and a futex's holder with `holder`.
     package static func of(_ call: SystemCall, waiter: Int32, resolve: (Int32) -> (kind: String, target: String)?,
-                   holder: (SystemCall, Int32) -> LockOwner.Holder? = { LockOwner.holder(of: $0, waiter: $1) },
-                   threadName: (Int32) -> String? = { LockOwner.threadExists($0) ? Stallmon.threadName(of: $0) : nil })
-        -> WaitTarget
-    {
+                           holder: (SystemCall, Int32) -> LockOwner.Holder? = { LockOwner.holder(of: $0, waiter: $1) },
+                           threadName: (Int32) -> String? = existingThreadName(of:)) -> WaitTarget {
         let name = call.name
         if let fd = call.fileDescriptor, let (kind, target) = resolve(fd) {
             return WaitTarget(kind: kind, syscall: name, target: target)

@@ -14,12 +14,12 @@ struct ThreadStats: Sendable, Equatable {
 
     /// Reads the thread's figures, or nil when the thread is gone or /proc lacks schedstat.
     static func read(tid: Int32) -> ThreadStats? {
-        guard let schedstat = readSmallFile("/proc/self/task/\(tid)/schedstat") else { return nil }
+        guard let schedstat = ProcFile.read("/proc/self/task/\(tid)/schedstat") else { return nil }
         let fields = schedstat.split(separator: " ")
         guard fields.count >= 2, let cpu = UInt64(fields[0]), let delay = UInt64(fields[1]) else { return nil }
         var stats = ThreadStats(cpuNanoseconds: cpu, runDelayNanoseconds: delay, voluntarySwitches: 0,
                                 involuntarySwitches: 0)
-        if let status = readSmallFile("/proc/self/task/\(tid)/status") {
+        if let status = ProcFile.read("/proc/self/task/\(tid)/status") {
             for line in status.split(separator: "\n") {
                 if line.hasPrefix("voluntary_ctxt_switches:") {
                     stats.voluntarySwitches = UInt64(line.split(separator: "\t").last ?? "") ?? 0
@@ -33,31 +33,15 @@ struct ThreadStats: Sendable, Equatable {
 
     /// The thread's state letter (R running/runnable, S sleeping, D uninterruptible, T stopped, …), or nil.
     static func state(tid: Int32) -> Character? {
-        guard let stat = readSmallFile("/proc/self/task/\(tid)/stat"),
+        guard let stat = ProcFile.read("/proc/self/task/\(tid)/stat"),
               let close = stat.lastIndex(of: ")") else { return nil }
         return stat[stat.index(after: close)...].first { !$0.isWhitespace }
     }
 
     /// The calling thread's run delay, ns (to tell a starved watchdog from a frozen process).
     static func ownRunDelay() -> UInt64? {
-        guard let schedstat = readSmallFile("/proc/thread-self/schedstat") else { return nil }
+        guard let schedstat = ProcFile.read("/proc/thread-self/schedstat") else { return nil }
         let fields = schedstat.split(separator: " ")
         return fields.count >= 2 ? UInt64(fields[1]) : nil
-    }
-
-    /// /proc files are small and report size 0, so read until EOF into a stack-sized buffer.
-    private static func readSmallFile(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes = [UInt8](repeating: 0, count: 2048)
-        var total = 0
-        while total < bytes.count {
-            let got = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
-            if got < 0 && errno == EINTR { continue }
-            if got <= 0 { break }
-            total += got
-        }
-        return String(decoding: bytes[0..<total], as: UTF8.self)
     }
 }

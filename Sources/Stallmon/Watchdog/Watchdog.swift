@@ -33,7 +33,8 @@ final class Watchdog: Sendable {
     private let stallDuration: Metrics.Timer
 
     init(probe: LoopProbe, binding: ThreadBinding, loopName: String, currentLabel: @escaping @Sendable () -> UInt32,
-         currentMode: @escaping @Sendable () -> String?, writer: ReportWriter, client: ReportClient, annotations: IterationAnnotations) {
+         currentMode: @escaping @Sendable () -> String?, writer: ReportWriter, client: ReportClient,
+         annotations: IterationAnnotations) {
         self.probe = probe
         self.annotations = annotations
         self.binding = binding

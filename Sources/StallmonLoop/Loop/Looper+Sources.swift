@@ -189,6 +189,7 @@ extension Looper {
         // A handler that runs a nested loop reuses `readyEvents`; the rest of this batch is then stale, and, being
         // level-triggered, reported again on the next pass if still ready.
         let generation = nestedRunCount
+        let active = activeModes
         for index in 0..<count {
             guard nestedRunCount == generation else { break }
             let event = readyEvents[index]
@@ -198,7 +199,6 @@ extension Looper {
             }
             let fd = Int32(bitPattern: UInt32(truncatingIfNeeded: event.token))
             guard let registration = fdRegistrations[fd] else { continue }
-            let active = activeModes
             let failure = UInt32(CSTALLMON_EPOLLERR) | UInt32(CSTALLMON_EPOLLHUP)
             let readable = UInt32(CSTALLMON_EPOLLIN) | UInt32(CSTALLMON_EPOLLRDHUP) | failure
             if event.events & readable != 0, let reader = registration.reader, reader.isValid,
@@ -209,7 +209,7 @@ extension Looper {
                 reader.handler()
             }
             if nestedRunCount == generation, event.events & (UInt32(CSTALLMON_EPOLLOUT) | failure) != 0,
-               let writer = fdRegistrations[fd]?.writer, writer.isValid, writer.modes & activeModes != 0
+               let writer = fdRegistrations[fd]?.writer, writer.isValid, writer.modes & active != 0
             {
                 currentLabelStorage.store(writer.label.id, ordering: .relaxed)
                 sourceHandled = true

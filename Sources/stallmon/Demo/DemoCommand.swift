@@ -109,8 +109,8 @@ struct DemoCommand: ParsableCommand {
                 return milliseconds < 1 ? String(format: "%.0f µs", milliseconds * 1000) : ms(milliseconds)
             } ?? "-"
         }
-        print("Loop:    \(loopFigures.iterations) iterations, busy p50 \(busy(0.5)), p99 \(busy(0.99)), max \(busy(1)); "
-            + "utilization \(String(format: "%.1f", loopFigures.utilization * 100)) %")
+        print("Loop:    \(loopFigures.iterations) iterations, busy p50 \(busy(0.5)), p99 \(busy(0.99)), "
+            + "max \(busy(1)); utilization \(String(format: "%.1f", loopFigures.utilization * 100)) %")
         print("")
         let scan = try ReportReader.scan(directory: configuration.reportDirectory)
         let ours = scan.reports.filter { $0.report.process.pid == getpid() }
