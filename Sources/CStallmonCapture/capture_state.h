@@ -56,6 +56,7 @@ typedef struct {
     uintptr_t stack_low;        // the thread's stack bounds, recorded at warm-up (0: unknown)
     uintptr_t stack_high;
     int32_t in_loader;          // the handler found the thread inside the dynamic loader
+    _Atomic int32_t warmed;     // the thread ran cstallmon_warm_up: libunwind's per-thread trace cache exists
     uint32_t truncated;
     int32_t unwind_error;
     uint64_t entered_ns;

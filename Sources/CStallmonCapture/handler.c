@@ -126,7 +126,9 @@ static void unwind_into(capture_slot *slot, void *ucontext) {
     slot->frame_count = 0;
     slot->truncated = 0;
     slot->unwind_error = 0;
-    if (fast_trace_into(slot, ucontext)) return;
+    // The fast trace creates its per-thread cache on a thread's first use (mmap, pthread_setspecific): only on a
+    // thread that ran warm-up at a known point, never on one borrowed for a moment (a lock's holder).
+    if (atomic_load(&slot->warmed) && fast_trace_into(slot, ucontext)) return;
     int rc = unw_init_local2(cursor, (unw_context_t *)ucontext, UNW_INIT_SIGNAL_FRAME);
     if (rc < 0) {
         slot->unwind_error = rc;

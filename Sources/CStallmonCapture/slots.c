@@ -35,6 +35,9 @@ int cstallmon_slot_acquire(pid_t tid) {
         capture_slot *slot = &g_state.slots[index];
         if (atomic_load(&slot->state) != SLOT_FREE) continue;
         atomic_store(&slot->retired, 0);
+        atomic_store(&slot->warmed, 0);
+        slot->stack_low = 0;
+        slot->stack_high = 0;
         atomic_store(&slot->tid, tid);
         atomic_store(&slot->state, SLOT_IDLE);
         chosen = index;
@@ -44,9 +47,10 @@ int cstallmon_slot_acquire(pid_t tid) {
     return chosen;
 }
 
-void cstallmon_slot_release(int index) {
-    if (index < 0 || index >= CSTALLMON_MAX_SLOTS) return;
+int cstallmon_slot_release(int index) {
+    if (index < 0 || index >= CSTALLMON_MAX_SLOTS) return 1;
     capture_slot *slot = &g_state.slots[index];
+    int freed = 1;
     pthread_mutex_lock(&g_state.mutex);
     atomic_store(&slot->retired, 1);
     int32_t expected = SLOT_IDLE;
@@ -57,8 +61,47 @@ void cstallmon_slot_release(int index) {
     // its pending signal died with it, so nobody else will.
     else if (syscall(SYS_tgkill, getpid(), atomic_load(&slot->tid), 0) != 0 && errno == ESRCH) {
         finish_freeing(slot);
+    } else {
+        freed = 0;
     }
     pthread_mutex_unlock(&g_state.mutex);
+    return freed;
+}
+
+int cstallmon_slot_reap(int index) {
+    if (index < 0 || index >= CSTALLMON_MAX_SLOTS) return 1;
+    capture_slot *slot = &g_state.slots[index];
+    int free_now = 0;
+    pthread_mutex_lock(&g_state.mutex);
+    if (atomic_load(&slot->state) == SLOT_FREE) {
+        free_now = 1;
+    } else if (atomic_load(&slot->retired) &&
+               syscall(SYS_tgkill, getpid(), atomic_load(&slot->tid), 0) != 0 && errno == ESRCH) {
+        // Its thread is gone, and with it the signal the late handler was owed.
+        const int32_t state = atomic_load(&slot->state);
+        int32_t expected = state;
+        if (state != SLOT_FREEING && atomic_compare_exchange_strong(&slot->state, &expected, SLOT_FREEING)) {
+            finish_freeing(slot);
+            free_now = 1;
+        }
+    }
+    pthread_mutex_unlock(&g_state.mutex);
+    return free_now;
+}
+
+// True when another slot of `tid` than `self` has a signal in flight or a handler owed: the thread must not be
+// signalled again until that handler has run (one handler serves every requested slot of its thread anyway).
+static int sibling_pending(const capture_slot *self, pid_t tid) {
+    for (int index = 0; index < CSTALLMON_MAX_SLOTS; index++) {
+        const capture_slot *other = &g_state.slots[index];
+        if (other == self || atomic_load(&other->tid) != tid) continue;
+        const int32_t state = atomic_load(&other->state);
+        if (state == SLOT_REQUESTED || state == SLOT_RUNNING || state == SLOT_ABANDONED ||
+            state == SLOT_ABANDONED_RUNNING) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 int cstallmon_slot_is_free(int index) {
@@ -105,6 +148,10 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
         result->status = CSTALLMON_CAPTURE_SIGNAL_FAILED;
         result->error_number = EPERM;
         result->handler_replaced = 1;
+        return;
+    }
+    if (sibling_pending(slot, atomic_load(&slot->tid))) {
+        result->status = CSTALLMON_CAPTURE_PENDING;
         return;
     }
     slot->max_frames = max_frames < CSTALLMON_MAX_FRAMES ? max_frames : CSTALLMON_MAX_FRAMES;
@@ -193,6 +240,7 @@ int cstallmon_warm_up(int index) {
             pthread_attr_destroy(&attributes);
         }
     }
+    if (index >= 0 && index < CSTALLMON_MAX_SLOTS) atomic_store(&g_state.slots[index].warmed, 1);
     uintptr_t frames[64];
     cstallmon_capture_result result;
     // A self-signal is delivered before tgkill returns unless blocked, so the wait is only a guard.

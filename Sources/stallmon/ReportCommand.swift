@@ -170,6 +170,14 @@ enum SummaryText {
         }
         out += Table.render(header: ["COUNT", "TOTAL", "P50", "MAX", "CLASS", "SIG", "TOP IN-APP FRAME"], rows: rows,
                             rightAligned: [0, 1, 2, 3])
+        let waits = summary.groups.filter { $0.waitingOn != nil }
+        if !waits.isEmpty {
+            out += "\nWhat blocked groups waited on most:\n"
+            for group in waits {
+                let signature = group.signature.map { String($0.prefix(8)) } ?? group.topFrame
+                out += "  \(signature): \(group.waitingOn!) (\(group.waitingOnCount ?? 0) of \(group.count))\n"
+            }
+        }
         return out
     }
 

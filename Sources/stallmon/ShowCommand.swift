@@ -85,6 +85,7 @@ enum ReportText {
         for wait in (report.waitingOn ?? []).prefix(3) {
             out += "  waiting:  \(wait.syscall)" + (wait.target.map { " on \($0)" } ?? "")
                 + " (\(wait.samples) of \(report.samples.count) samples)\n"
+            out += holderLines(wait, report)
         }
         if let frozen = report.frozenMs { out += "  frozen:   \(ms(frozen)) of process freeze excluded\n" }
         if let signature = report.signature { out += "  group:    signature \(signature)\n" }
@@ -105,6 +106,24 @@ enum ReportText {
         } else {
             return out + "\n  (no stack captured)\n"
         }
+        out += frameLines(stack, report)
+        return out
+    }
+
+    /// What the holder of the lock ran (its hottest stack, the service's own frames marked) and was blocked in.
+    private static func holderLines(_ wait: StallReport.WaitingOn, _ report: StallReport) -> String {
+        var out = ""
+        if let stack = wait.holderStack, !stack.frames.isEmpty {
+            let running = wait.holderTopFrame?.displayName ?? "its stack below"
+            out += "  holder:   was running \(running) (\(stack.samples) of \(stack.of) of its samples):\n"
+            out += frameLines(Array(stack.frames.prefix(12)), report, indent: "            ")
+        }
+        if let waiting = wait.holderWaiting { out += "  holder:   was itself blocked in \(waiting)\n" }
+        return out
+    }
+
+    private static func frameLines(_ stack: [Int], _ report: StallReport, indent: String = "") -> String {
+        var out = ""
         for (depth, index) in stack.enumerated() {
             guard report.frames.indices.contains(index) else { continue }
             let frame = report.frames[index]
@@ -115,7 +134,7 @@ enum ReportText {
             if let location = StallReport.location(file: frame.file, line: frame.line) { line += "  at \(location)" }
             let module = frame.module.map { $0.split(separator: "/").last.map(String.init) ?? $0 } ?? "?"
             line += "  [\(module)\(frame.offset.map { "+" + $0 } ?? "")]"
-            out += line + "\n"
+            out += indent + line + "\n"
         }
         return out
     }

@@ -135,6 +135,9 @@ struct DemoEndToEndTests {
             let lock = run.reports(topIn: "acquireAndRelease").first?.report.waitingOn?.first
             #expect(lock?.holderName == "ledger-writer", "\(String(describing: lock))")
             #expect(lock?.target?.hasPrefix("pthread mutex 0x") == true, "\(String(describing: lock))")
+            // …and what that holder was running: its own stack, sampled while the loop waited.
+            #expect(lock?.holderTopFrame?.symbol.contains("ContendedLock.flushLedger") == true,
+                    "\(String(describing: lock?.holderTopFrame))")
         }
     }
 }

@@ -8,7 +8,7 @@ import Synchronization
 import Testing
 
 /// A thread that blocks the sampling signal until told to unblock it, then parks until told to exit.
-private final class ParkedThread: @unchecked Sendable {
+final class ParkedThread: @unchecked Sendable {
     let tid = Atomic<Int32>(0)
     let unblock = DispatchSemaphore(value: 0)
     let exit = DispatchSemaphore(value: 0)

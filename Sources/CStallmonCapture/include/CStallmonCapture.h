@@ -82,13 +82,17 @@ int cstallmon_loader_lock_found(void);
 int cstallmon_sigrtmin(void);
 int cstallmon_sigrtmax(void);
 
-/// Reserves the capture slot for thread `tid`. Returns the slot index, or -1 when all slots are taken.
+/// Reserves a capture slot for thread `tid`. Returns the slot index, or -1 when all slots are taken. A thread may
+/// have several slots (its own monitor's, and one borrowed by another watchdog to sample it as a lock's holder);
+/// a capture is never signalled while another slot of the same thread has a handler in flight or owed. Without
+/// cstallmon_warm_up on the thread, its handler uses libunwind's plain unwinder (no per-thread cache to create).
 /// NOT async-signal-safe.
 int cstallmon_slot_acquire(pid_t tid);
 
 /// Returns a slot. If a signal may still be pending for it, the slot is retired instead of reused until that
-/// late handler has run. NOT async-signal-safe.
-void cstallmon_slot_release(int slot);
+/// late handler has run. Returns 1 when the slot is free now, 0 when it waits for that handler (see
+/// cstallmon_slot_reap). NOT async-signal-safe.
+int cstallmon_slot_release(int slot);
 
 /// Captures the stack of the slot's thread into `frames` (at most `max_frames`), waiting at most `timeout_ns`.
 /// Frame 0 is the interrupted program counter; later frames are return addresses. The handler's own frames and
@@ -96,6 +100,12 @@ void cstallmon_slot_release(int slot);
 /// NOT async-signal-safe (it is the waiting side); never blocks longer than `timeout_ns`.
 void cstallmon_capture(int slot, uintptr_t *frames, uint32_t max_frames, int64_t timeout_ns,
                        cstallmon_capture_result *result);
+
+/// Frees a slot its owner released while a late handler was still owed, when the thread that handler was owed on
+/// has exited (its pending signal died with it). Returns 1 when the slot is free (now or already), 0 while it
+/// still waits for its handler. For slots borrowed on threads the monitor does not own (a lock's holder), which may
+/// block the signal or exit at any time. NOT async-signal-safe.
+int cstallmon_slot_reap(int slot);
 
 /// 1 while `slot` is free (not assigned to any thread), 0 otherwise; for tests and diagnostics.
 /// Async-signal-safe (one atomic load).

@@ -25,10 +25,11 @@ struct ReportBuilder {
         var topCounts: [String: (count: Int, first: Int, summary: StallReport.FrameSummary)] = [:]
         var pauses: [UInt64] = []
 
-        for sample in snapshot.samples {
+        /// The frames of one stack, symbolicated once per distinct address, and the innermost in-app frame.
+        func expand(_ addresses: [UInt]) -> (indices: [Int], top: StallReport.FrameSummary?) {
             var indices: [Int] = []
             var top: StallReport.FrameSummary?
-            for (position, address) in sample.frames.enumerated() {
+            for (position, address) in addresses.enumerated() {
                 let isReturn = position > 0
                 let key = FrameKey(address: address, isReturnAddress: isReturn)
                 let expanded: [Int]
@@ -55,6 +56,11 @@ struct ReportBuilder {
                                                    module: frame.module, file: frame.file, line: frame.line)
                 }
             }
+            return (indices, top)
+        }
+
+        for sample in snapshot.samples {
+            let (indices, top) = expand(sample.frames)
             if let top {
                 let order = topCounts.count
                 var entry = topCounts[top.symbol, default: (0, order, top)]
@@ -68,14 +74,21 @@ struct ReportBuilder {
             // binary), or, for a stall without an exact end, a stack of the loop waiting in epoll.
             let afterEnd = Self.capturedAfterEnd(sample, snapshot)
             let idle = sample.status == .ok && (afterEnd || StallAggregation.isIdle(indices, in: frames))
+            var built = StallReport.Sample(
+                offsetMs: Double(offset) / 1e6, status: sample.status, frames: indices, truncated: sample.truncated,
+                label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name,
+                state: sample.threadState.map { String($0) }, idle: idle ? true : nil)
             if let wait = sample.wait, !afterEnd {
                 let order = waits.count
                 waits[wait, default: (0, order)].count += 1
+                if let holder = sample.holder {
+                    built.holderState = holder.state.map { String($0) }
+                    built.holderWaiting = holder.waiting
+                    built.holderStatus = holder.status
+                    if holder.status == .ok { built.holderFrames = expand(holder.frames).indices }
+                }
             }
-            samples.append(StallReport.Sample(
-                offsetMs: Double(offset) / 1e6, status: sample.status, frames: indices, truncated: sample.truncated,
-                label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name,
-                state: sample.threadState.map { String($0) }, idle: idle ? true : nil))
+            samples.append(built)
         }
 
         let analysis = StallAggregation.analyze(frames: frames, samples: samples)
@@ -106,12 +119,48 @@ struct ReportBuilder {
             signature: analysis.signature,
             hottestStack: hottest, callTree: tree, annotations: snapshot.annotations.isEmpty ? nil : snapshot.annotations)
         if !waits.isEmpty {
-            report.waitingOn = waits.sorted { ($0.value.count, -$0.value.first) > ($1.value.count, -$1.value.first) }
-                .map { StallReport.WaitingOn(kind: $0.key.kind, syscall: $0.key.syscall, target: $0.key.target,
-                                             holderThread: $0.key.holderThread, holderName: $0.key.holderName,
-                                             samples: $0.value.count) }
+            let ordered = waits.sorted { ($0.value.count, -$0.value.first) > ($1.value.count, -$1.value.first) }
+                .map(\.key)
+            let position = Dictionary(uniqueKeysWithValues: ordered.enumerated().map { ($1, $0) })
+            for (index, sample) in snapshot.samples.enumerated() {
+                if let wait = sample.wait, !Self.capturedAfterEnd(sample, snapshot) {
+                    report.samples[index].waiting = position[wait]
+                }
+            }
+            report.waitingOn = ordered.enumerated().map { index, wait in
+                var entry = StallReport.WaitingOn(kind: wait.kind, syscall: wait.syscall, target: wait.target,
+                                                  holderThread: wait.holderThread, holderName: wait.holderName,
+                                                  samples: waits[wait]?.count ?? 0)
+                if wait.holderThread != nil {
+                    Self.describeHolder(&entry, samples: report.samples.filter { $0.waiting == index }, frames: frames)
+                }
+                return entry
+            }
         }
         return report
+    }
+
+    /// The holder's hottest stack, the service's own frame on it, and what it was most often blocked in, over the
+    /// samples that found the loop waiting on that holder's lock.
+    static func describeHolder(_ entry: inout StallReport.WaitingOn, samples: [StallReport.Sample],
+                               frames: [StallReport.Frame]) {
+        let stacks = samples.compactMap(\.holderFrames).filter { !$0.isEmpty }
+        if let hottest = StallAggregation.hottestStack(StallAggregation.callTree(stacks, frames: frames),
+                                                       total: stacks.count) {
+            entry.holderStack = hottest
+            if let index = hottest.frames.first(where: { frames.indices.contains($0) && frames[$0].inApp }) {
+                let frame = frames[index]
+                let (file, line) = StallAggregation.location(of: frame.functionKey, in: stacks, frames: frames)
+                entry.holderTopFrame = StallReport.FrameSummary(symbol: frame.functionKey, module: frame.module,
+                                                                file: file ?? frame.file, line: line)
+            }
+        }
+        var counts: [String: (count: Int, first: Int)] = [:]
+        for waiting in samples.compactMap(\.holderWaiting) {
+            let order = counts.count
+            counts[waiting, default: (0, order)].count += 1
+        }
+        entry.holderWaiting = counts.max { ($0.value.count, -$0.value.first) < ($1.value.count, -$1.value.first) }?.key
     }
 
     /// The handler ran after the iteration had ended by the loop's own clock (same CLOCK_MONOTONIC): the loop was

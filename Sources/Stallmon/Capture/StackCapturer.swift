@@ -31,6 +31,8 @@ struct RawSample: Sendable {
     var handlerReplaced = false
     /// What the thread was blocked on just before the signal (asleep in a system call), when /proc could tell.
     var wait: WaitTarget? = nil
+    /// The holder of the lock it waited for, as the same moment saw it.
+    var holder: HolderSample? = nil
 }
 
 /// The watchdog's handle on one capture slot. Not thread-safe: one watchdog owns it.

@@ -49,6 +49,12 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     /// appended to the event log (key `loop_stats_interval_s`, default 60 s; `.zero` for none). Metrics are
     /// updated every 10 s regardless.
     public var loopStatsInterval: Duration
+    /// While the loop waits for a lock whose holder the lock records, also sample the holder's stack with the
+    /// sampling signal (key `lock_holder_stacks`, default on). A holder is signalled only while it runs or sleeps in
+    /// a system call that `SA_RESTART` resumes (a lock, a read or write, `accept`, `wait4`), never in one a signal
+    /// cuts short (`nanosleep`, `poll`, `epoll_wait`, `connect`), in an uninterruptible wait, or while it blocks
+    /// the signal; then only its system call is recorded.
+    public var lockHolderStacks: Bool
     /// Spooling and upload of reports (keys `spool`, `upload_*`, `spool_*`, `service_name`); off by default.
     public var upload: UploadConfiguration
 
@@ -71,6 +77,7 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
                 reportMaxAge: Duration = .seconds(14 * 24 * 3600),
                 inApp: InAppRules = InAppRules(),
                 loopStatsInterval: Duration = .seconds(60),
+                lockHolderStacks: Bool = true,
                 upload: UploadConfiguration = UploadConfiguration()) {
         self.threshold = threshold
         self.sampleInterval = sampleInterval
@@ -89,6 +96,7 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
         self.reportMaxAge = reportMaxAge
         self.inApp = inApp
         self.loopStatsInterval = loopStatsInterval
+        self.lockHolderStacks = lockHolderStacks
         self.upload = upload
     }
 

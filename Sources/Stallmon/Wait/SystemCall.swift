@@ -38,6 +38,16 @@ package struct SystemCall: Equatable, Sendable {
         return Int32(first)
     }
 
+    /// True for the calls a signal handler installed with `SA_RESTART` does not cut short: the kernel resumes them
+    /// after the handler (signal(7)). Others (`nanosleep`, `poll`, `epoll_wait`, `connect`, …) fail with `EINTR`
+    /// or return early, which is why a thread the monitor does not own is never signalled in one.
+    var restartsAfterSignal: Bool { Self.restartedNames.contains(name) }
+
+    static let restartedNames: Set<String> = [
+        "read", "write", "readv", "writev", "pread64", "pwrite64", "openat", "wait4", "waitid", "accept", "accept4",
+        "recvfrom", "sendto", "recvmsg", "sendmsg", "flock", "fcntl", "futex",
+    ]
+
     #if arch(x86_64)
     /// x86_64 numbers (arch/x86/entry/syscalls/syscall_64.tbl) of the calls a loop thread blocks in.
     static let names: [Int: String] = [

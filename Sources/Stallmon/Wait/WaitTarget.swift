@@ -12,6 +12,13 @@ package struct WaitTarget: Hashable, Sendable {
     var holderThread: Int32? = nil
     var holderName: String? = nil
 
+    /// One line for a reader: `fsync /var/lib/ledger.db`, `nanosleep`, `futex pthread mutex 0x… held by …`,
+    /// `futex 0x… (owner unknown …)`.
+    var summary: String {
+        guard let target else { return syscall }
+        return target.hasPrefix(syscall + " ") ? target : "\(syscall) \(target)"
+    }
+
     /// Classifies `call` of thread `waiter`, resolving its descriptor with `resolve` (fd → kind and description)
     /// and a futex's holder with `holder`.
     package static func of(_ call: SystemCall, waiter: Int32, resolve: (Int32) -> (kind: String, target: String)?,

@@ -101,6 +101,9 @@ final class Watchdog: Sendable {
         var expectedWake: UInt64?
         var runDelayBeforeSleep = ThreadStats.ownRunDelay() ?? 0
         var descriptors = DescriptorResolver()
+        let holders = HolderSampler(maxFrames: configuration.maxFrames, timeout: configuration.captureTimeout,
+                                    stacks: configuration.lockHolderStacks)
+        defer { holders.endStall() }
         var loopStats = LoopStatsReporter(loopName: loopName, lineInterval: configuration.loopStatsInterval)
 
         while !stopping.load(ordering: .acquiring) {
@@ -157,15 +160,18 @@ final class Watchdog: Sendable {
                     snapshot.annotations = annotations.values(for: iteration)
                     snapshot.mode = currentMode()
                     descriptors = DescriptorResolver()
+                    holders.endStall()
                     if let capturer {
-                        snapshot.samples.append(takeSample(capturer, tid: boundThread, descriptors: &descriptors))
+                        snapshot.samples.append(takeSample(capturer, tid: boundThread, descriptors: &descriptors,
+                                                           holders: holders))
                     }
                     current = Current(snapshot: snapshot, lastSeenBusy: now,
                                       baseline: baseline?.iteration == iteration ? baseline : nil)
                     writer.submit(.begin(snapshot), from: client)
                 case .sample:
                     if let capturer, current != nil {
-                        let sample = takeSample(capturer, tid: boundThread, descriptors: &descriptors)
+                        let sample = takeSample(capturer, tid: boundThread, descriptors: &descriptors,
+                                                holders: holders)
                         current?.snapshot.samples.append(sample)
                         if sample.handlerReplaced && !warnedAboutReplacedHandler {
                             warnedAboutReplacedHandler = true
@@ -209,6 +215,7 @@ final class Watchdog: Sendable {
                     stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
                     writer.submit(.finish(snapshot), from: client)
                     current = nil
+                    holders.endStall()
                 }
             }
             if case .busy = reading, current != nil { current?.lastSeenBusy = now }
@@ -245,22 +252,51 @@ final class Watchdog: Sendable {
         snapshot.threadClass = StallClassifier.classify(cpu: cpu, runDelay: delay, wall: wall)
     }
 
-    private func takeSample(_ capturer: StackCapturer, tid: Int32, descriptors: inout DescriptorResolver) -> RawSample {
+    private func takeSample(_ capturer: StackCapturer, tid: Int32, descriptors: inout DescriptorResolver,
+                            holders: HolderSampler) -> RawSample {
         // Before the signal: in the handler the thread is always R, and no longer in its system call.
         let state = ThreadStats.state(tid: tid)
         var wait: WaitTarget?
-        if state == "S" || state == "D", let call = SystemCall.current(tid: tid) {
-            wait = WaitTarget.of(call, waiter: tid) { descriptors.resolve($0) }
+        var holder: HolderSample?
+        if state == "S" || state == "D" {
+            if let call = SystemCall.current(tid: tid) {
+                wait = WaitTarget.of(call, waiter: tid) { descriptors.resolve($0) }
+                // The holder before the loop's own capture: the loop still waits, so the lock is still held.
+                if let holderThread = wait?.holderThread {
+                    holder = holders.sample(holderThread, descriptors: &descriptors)
+                }
+            } else {
+                Self.reportProcDenied(tid: tid, logger: logger)
+            }
         }
         var sample = capturer.capture(labelID: currentLabel())
         sample.threadState = state
         sample.wait = wait
+        sample.holder = holder
         switch sample.status {
         case .ok: counters.samplesCaptured.wrappingAdd(1, ordering: .relaxed)
         case .timedOut, .pending: counters.captureTimeouts.wrappingAdd(1, ordering: .relaxed)
         default: break
         }
         return sample
+    }
+
+    private static let warnedAboutProc = Atomic<Bool>(false)
+
+    /// A sleeping thread whose system call cannot be read: /proc is not mounted, or denied (a hardened container).
+    /// Reports then say nothing of what the loop waited on; said once per process.
+    private static func reportProcDenied(tid: Int32, logger: Logger) {
+        let path = "/proc/self/task/\(tid)/syscall"
+        guard access(path, R_OK) != 0 else { return }  // readable: the thread just left its call
+        let error = errno
+        if error == ENOENT, access("/proc/self/task", F_OK) == 0, access("/proc/self/task/\(tid)", F_OK) != 0 {
+            return  // /proc is there; the thread exited
+        }
+        let reason = String(cString: strerror(error))
+        guard !warnedAboutProc.exchange(true, ordering: .relaxed) else { return }
+        logger.warning("""
+            stallmon: \(path) cannot be read (\(reason)); reports will not say what a blocked loop waited on
+            """, metadata: ["tid": "\(tid)"])
     }
 
     private func reportThreadBinding(_ bound: ThreadBinding.Bound) {

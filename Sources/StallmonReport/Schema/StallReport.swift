@@ -90,15 +90,27 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var holderName: String?
         /// Samples that found the thread waiting on it.
         public var samples: Int
+        /// The holder's stack most of its captures share (indices into `frames`, innermost first), when it was
+        /// sampled (`lock_holder_stacks`); `of` counts its successful captures.
+        public var holderStack: HottestStack?
+        /// The innermost frame of the service's own code on `holderStack`: what the holder was running.
+        public var holderTopFrame: FrameSummary?
+        /// What the holder was itself blocked in, on most of the samples that found it asleep in a system call:
+        /// `fsync /var/lib/ledger.db`, `nanosleep`.
+        public var holderWaiting: String?
 
         public init(kind: String, syscall: String, target: String? = nil, holderThread: Int32? = nil,
-                    holderName: String? = nil, samples: Int) {
+                    holderName: String? = nil, samples: Int, holderStack: HottestStack? = nil,
+                    holderTopFrame: FrameSummary? = nil, holderWaiting: String? = nil) {
             self.kind = kind
             self.syscall = syscall
             self.target = target
             self.holderThread = holderThread
             self.holderName = holderName
             self.samples = samples
+            self.holderStack = holderStack
+            self.holderTopFrame = holderTopFrame
+            self.holderWaiting = holderWaiting
         }
     }
 
@@ -201,6 +213,15 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var state: String?
         /// True when the capture found the loop back in epoll: no evidence, left out of the aggregation.
         public var idle: Bool?
+        /// Index into `waitingOn`: what the thread was blocked on at this sample (so a lock's holder changing
+        /// during the stall shows sample by sample).
+        public var waiting: Int?
+        /// The lock holder at this sample: its state letter, the outcome of capturing its stack (nil: it was not
+        /// signalled, see `lock_holder_stacks`), its stack (indices into `frames`) and what it was blocked in.
+        public var holderState: String?
+        public var holderStatus: CaptureStatus?
+        public var holderFrames: [Int]?
+        public var holderWaiting: String?
 
         package init(
             offsetMs: Double,

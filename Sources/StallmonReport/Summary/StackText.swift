@@ -13,6 +13,13 @@ public enum StackText {
         return text(frames, in: report)
     }
 
+    /// The hottest stack of the thread holding the lock the loop waited on most (`waitingOn`), one frame per
+    /// line; empty when the holder's stack was not sampled.
+    public static func holderStack(_ report: StallReport) -> String {
+        guard let frames = report.waitingOn?.first?.holderStack?.frames else { return "" }
+        return text(frames, in: report)
+    }
+
     static func text(_ indices: [Int], in report: StallReport) -> String {
         indices.compactMap { index -> String? in
             guard report.frames.indices.contains(index) else { return nil }

@@ -60,11 +60,16 @@ public struct StallSummary: Codable, Sendable, Equatable {
         public var reportIds: [String]
         /// The longest stall's report, to open with `stallmon show`.
         public var example: String
+        /// What the group's blocked stalls waited on most (`StallReport.WaitingOn.groupDescription` of each
+        /// report's main wait), and in how many of its stalls; nil when none says.
+        public var waitingOn: String?
+        public var waitingOnCount: Int?
 
         enum CodingKeys: String, CodingKey {
             case signature
             case stallClass = "class"
             case suppressed, topFrame, file, line, count, totalMs, maxMs, p50Ms, loops, reportIds, example
+            case waitingOn, waitingOnCount
         }
     }
 
@@ -115,13 +120,23 @@ public struct StallSummary: Codable, Sendable, Equatable {
             let majority = classVotes.max { ($0.value, $0.key.rawValue) < ($1.value, $1.key.rawValue) }?.key
             let stallClass = members.contains { $0.report.stallClass != nil } ? majority : nil
             let top = longest.report.topFrame ?? members.first { $0.report.topFrame != nil }?.report.topFrame
-            return Group(signature: members.first?.report.signature, stallClass: stallClass,
+            var waits: [String: (count: Int, first: Int)] = [:]
+            for member in members {
+                guard let wait = member.report.waitingOn?.first?.groupDescription else { continue }
+                let order = waits.count
+                waits[wait, default: (0, order)].count += 1
+            }
+            let commonWait = waits.max { ($0.value.count, -$0.value.first) < ($1.value.count, -$1.value.first) }
+            var group = Group(signature: members.first?.report.signature, stallClass: stallClass,
                          suppressed: members.reduce(0) { Self.saturatingAdd($0, $1.report.suppressedBefore ?? 0) },
                          topFrame: top?.symbol ?? Self.noInAppFrame, file: top?.file,
                          line: top?.line, count: members.count,
                          totalMs: sorted.reduce(0, +), maxMs: sorted.last ?? 0,
                          p50Ms: Self.percentile(sorted, 0.5), loops: Array(Set(members.map(\.report.loop))).sorted(),
                          reportIds: members.map(\.report.id), example: longest.path)
+            group.waitingOn = commonWait?.key
+            group.waitingOnCount = commonWait?.value.count
+            return group
         }.sorted { ($0.count, $0.totalMs) > ($1.count, $1.totalMs) }
     }
 
@@ -154,11 +169,12 @@ public struct StallDigest: Codable, Sendable, Equatable {
     public var signature: String?
     public var topFrame: StallReport.FrameSummary?
     public var suppressedBefore: Int?
+    public var waitingOn: [StallReport.WaitingOn]?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case schema, id, ongoing, loop, start, durationMs
         case stallClass = "class"
-        case signature, topFrame, suppressedBefore
+        case signature, topFrame, suppressedBefore, waitingOn
     }
 
     public init(_ report: StallReport) {
@@ -172,5 +188,6 @@ public struct StallDigest: Codable, Sendable, Equatable {
         signature = report.signature
         topFrame = report.topFrame
         suppressedBefore = report.suppressedBefore
+        waitingOn = report.waitingOn
     }
 }

@@ -159,6 +159,16 @@ enum OTLP {
                 if let name = wait.holderName {
                     attributes.append(KeyValue(key: "stallmon.wait.holder.thread_name", value: .string(name)))
                 }
+                if let top = wait.holderTopFrame {
+                    attributes.append(KeyValue(key: "stallmon.wait.holder.function", value: .string(top.symbol)))
+                }
+                let holderStack = StackText.holderStack(report)
+                if !holderStack.isEmpty {
+                    attributes.append(KeyValue(key: "stallmon.wait.holder.stack", value: .string(holderStack)))
+                }
+                if let waiting = wait.holderWaiting {
+                    attributes.append(KeyValue(key: "stallmon.wait.holder.waiting", value: .string(waiting)))
+                }
             }
         }
         if let figures = report.threadStats {

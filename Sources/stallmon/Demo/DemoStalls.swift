@@ -125,8 +125,32 @@ final class ContendedLock: @unchecked Sendable {
     func holdFor(milliseconds: Int, signalWhenHeld: DispatchSemaphore) {
         pthread_mutex_lock(mutex)
         signalWhenHeld.signal()
-        usleep(UInt32(milliseconds) * 1000)
+        Self.flushLedger(milliseconds: milliseconds)
         pthread_mutex_unlock(mutex)
+    }
+
+    /// What the holder does under the lock, as a database writer would: appends to a ledger file and syncs it,
+    /// again and again, for `milliseconds`. The report names this function as what the holder was running.
+    @inline(never)
+    static func flushLedger(milliseconds: Int) {
+        let path = FileManager.default.temporaryDirectory.path + "/stallmon-demo-ledger-\(getpid())"
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        defer {
+            if fd >= 0 { close(fd) }
+            unlink(path)
+        }
+        let block = [UInt8](repeating: 0x4c, count: 64 << 10)
+        var checksum: UInt64 = 0
+        let deadline = MonotonicInstant.now().advanced(by: .milliseconds(milliseconds))
+        repeat {
+            // A checksum of each entry, then the write and the sync: the holder both runs and waits on the disk.
+            for byte in block { checksum = (checksum &* 31) &+ UInt64(byte) }
+            if fd >= 0 {
+                _ = block.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                fsync(fd)
+            }
+        } while MonotonicInstant.now() < deadline
+        if checksum == 0 { print("") }
     }
 
     func acquireAndRelease() {

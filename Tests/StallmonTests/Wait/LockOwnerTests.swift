@@ -61,18 +61,35 @@ struct LockOwnerLayoutTests {
     }
 }
 
+/// What the busy holder runs while it holds the lock: the report must name it.
+@inline(never)
+func stallmonTestFlushLedger(milliseconds: Int) -> UInt64 {
+    let end = MonotonicInstant.now().advanced(by: .milliseconds(milliseconds))
+    var accumulator: UInt64 = 1
+    while MonotonicInstant.now() < end {
+        for value in 0..<1000 { accumulator = accumulator &* 6364136223846793005 &+ UInt64(value) }
+    }
+    return accumulator
+}
+
 /// A thread named `name` that holds a lock for `milliseconds`: `hold` takes the lock, runs its argument, releases.
 private final class LockHolder: Sendable {
     let tid = Atomic<Int32>(0)
 
-    init(name: String, milliseconds: Int, hold: @escaping @Sendable (_ whileHeld: () -> Void) -> Void) {
+    /// `busy`: the holder computes while it holds the lock (it runs, so its stack is sampled); otherwise it sleeps.
+    init(name: String, milliseconds: Int, busy: Bool = false,
+         hold: @escaping @Sendable (_ whileHeld: () -> Void) -> Void) {
         let holding = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
             cstallmon_set_thread_name(name)
             tid.store(cstallmon_gettid(), ordering: .releasing)
             hold {
                 holding.signal()
-                usleep(UInt32(milliseconds * 1000))
+                if busy {
+                    _ = stallmonTestFlushLedger(milliseconds: milliseconds)
+                } else {
+                    usleep(UInt32(milliseconds * 1000))
+                }
             }
         }
         thread.start()
@@ -116,6 +133,41 @@ struct LockOwnerMonitorTests {
         #expect(wait.holderName == "db-writer")
         #expect(wait.target == "pthread mutex 0x\(String(address, radix: 16)) held by thread "
                     + "\(holder.tid.load(ordering: .acquiring)) \"db-writer\"")
+        // Asleep in clock_nanosleep, which a signal would cut short: described, never signalled.
+        #expect(wait.holderWaiting?.hasSuffix("nanosleep") == true, "\(String(describing: wait.holderWaiting))")
+        #expect(wait.holderStack == nil)
+        let waited = report.samples.filter { $0.waiting == 0 }
+        #expect(!waited.isEmpty)
+        #expect(waited.allSatisfy { $0.holderStatus == nil && $0.holderState == "S" })
+    }
+
+    @Test func aBusyHoldersStackSaysWhatItRan() throws {
+        let directory = makeTemporaryDirectory()
+        let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+        defer { pthread_mutex_destroy(mutex); mutex.deallocate() }
+        let address = UInt(bitPattern: mutex)
+        let holder = LockHolder(name: "ledger-writer", milliseconds: 300, busy: true) { whileHeld in
+            pthread_mutex_lock(UnsafeMutablePointer(bitPattern: address)!)
+            whileHeld()
+            pthread_mutex_unlock(UnsafeMutablePointer(bitPattern: address)!)
+        }
+        let report = try runStall("busy-holder", directory) {
+            pthread_mutex_lock(UnsafeMutablePointer(bitPattern: address)!)
+            pthread_mutex_unlock(UnsafeMutablePointer(bitPattern: address)!)
+        }
+        let wait = try #require(report.waitingOn?.first, "\(String(describing: report.waitingOn))")
+        #expect(wait.holderThread == holder.tid.load(ordering: .acquiring))
+        let stack = try #require(wait.holderStack, "\(report.samples.map { ($0.holderState, $0.holderStatus) })")
+        #expect(stack.of > 0 && stack.samples > 0)
+        #expect(wait.holderTopFrame?.symbol.contains("stallmonTestFlushLedger") == true,
+                "\(String(describing: wait.holderTopFrame))")
+        let symbols = stack.frames.compactMap { report.frames[$0].symbol }
+        #expect(symbols.contains { $0.contains("stallmonTestFlushLedger") }, "\(symbols)")
+        // The loop's own stack is the lock wait, not the holder's work.
+        #expect(report.hottestStack.map { $0.frames.compactMap { report.frames[$0].symbol } }?
+                    .contains { $0.contains("stallmonTestFlushLedger") } == false)
+        #expect(report.samples.contains { $0.holderStatus == .ok && $0.holderState == "R" })
     }
 
     @Test func aHeldSynchronizationMutexNamesItsHolder() throws {
