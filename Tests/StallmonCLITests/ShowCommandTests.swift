@@ -18,13 +18,22 @@ struct ShowCommandTests {
             report.mode = nil
             report.phase = "io"
             report.waitingOn = [.init(kind: "socket", syscall: "read", target: "TCP 127.0.0.1:39514 → 10.0.0.5:5432",
-                                      samples: 4)]
+                                      samples: 4),
+                                .init(kind: "lock", syscall: "futex", target: "pthread mutex 0x10 held by thread 7 \"w\"",
+                                      holderThread: 7, holderName: "w", samples: 1,
+                                      holderStack: HottestStack(frames: [0], samples: 2, of: 3),
+                                      holderTopFrame: .init(symbol: "App.Ledger.flush()", file: "Ledger.swift", line: 9),
+                                      holderWaiting: "fsync /var/lib/ledger.db")]
             let nio = try Fixture.write(report, named: "nio", in: directory)
             let result = try await CLI.run(["show", modal, nio])
             #expect(result.status == 0, "\(result)")
             #expect(result.stdoutLines.contains("  running:  timer.tick  (in run-loop mode tracking)"), "\(result)")
             #expect(result.stdoutLines.contains("  running:  timer.tick  (io phase)"), "\(result)")
             #expect(result.stdoutLines.contains("  waiting:  read on TCP 127.0.0.1:39514 → 10.0.0.5:5432 (4 of 5 samples)"),
+                    "\(result)")
+            #expect(result.stdoutLines.contains(
+                "  holder:   was running App.Ledger.flush() (Ledger.swift:9) (2 of 3 of its samples):"), "\(result)")
+            #expect(result.stdoutLines.contains("  holder:   was itself blocked in fsync /var/lib/ledger.db"),
                     "\(result)")
         }
     }

@@ -52,6 +52,7 @@ struct NIOStallMonitorTests {
             #expect(httpGet(port: port, path: "/spin?ms=200").contains("200"))
             #expect(httpGet(port: port, path: "/sleep?ms=200").contains("200"))
             let holder = Thread {
+                Thread.current.name = "nio-lock-holder"
                 server.heldLock.withLockedValue { _ in _ = usleep(250_000) }
             }
             holder.start()
@@ -96,6 +97,14 @@ struct NIOStallMonitorTests {
                         && report.durationMs - own.milliseconds <= Self.slack(report),
                     "\(path): reported \(report.durationMs) ms (+ \(frozen) ms frozen), handler \(own.milliseconds) ms")
         }
+        // NIOLock is a pthread mutex: the lock stall names its holder, and what it was doing (asleep, so described
+        // and not signalled).
+        let lock = try #require(found.first { $0.topFrame?.symbol.contains("waitForLockInChannelRead") == true })
+        let wait = try #require(lock.waitingOn?.first, "\(String(describing: lock.waitingOn))")
+        #expect(wait.kind == "lock")
+        #expect(wait.target?.hasPrefix("pthread mutex 0x") == true, "\(String(describing: wait.target))")
+        #expect(wait.holderName == "nio-lock-holder", "\(String(describing: wait))")
+        #expect(wait.holderWaiting?.hasSuffix("nanosleep") == true, "\(String(describing: wait.holderWaiting))")
     }
 
     @Test func stallsInTasksAreReportedAsTheTaskPhase() throws {

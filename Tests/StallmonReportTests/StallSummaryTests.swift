@@ -41,6 +41,34 @@ struct StallSummaryTests {
         #expect((hundred.p50, hundred.p90, hundred.p99, hundred.max) == (50, 90, 99, 100))
     }
 
+    @Test("groups say what their stalls waited on most, without addresses, thread ids or ephemeral ports")
+    func waitingOn() throws {
+        var entries = Self.entries([300, 250, 200, 150])
+        func lock(_ tid: Int32, _ address: String) -> StallReport.WaitingOn {
+            .init(kind: "lock", syscall: "futex", target: "pthread mutex \(address) held by thread \(tid) \"ledger\"",
+                  holderThread: tid, holderName: "ledger", samples: 5,
+                  holderTopFrame: .init(symbol: "App.Ledger.flush()"))
+        }
+        entries[0].report.waitingOn = [lock(11, "0x10")]
+        entries[1].report.waitingOn = [lock(12, "0x20")]
+        entries[2].report.waitingOn = [.init(kind: "socket", syscall: "read",
+                                             target: "TCP 127.0.0.1:39514 → 10.0.0.5:5432", samples: 3)]
+        let summary = StallSummary(directory: "/r", reports: entries, unreadable: 0)
+        let group = try #require(summary.groups.first)
+        #expect(group.count == 4)
+        #expect(group.waitingOn == "pthread mutex held by \"ledger\" running App.Ledger.flush()")
+        #expect(group.waitingOnCount == 2)
+        #expect(entries[2].report.waitingOn?.first?.groupDescription == "TCP → 10.0.0.5:5432")
+        #expect(StallReport.WaitingOn(kind: "lock", syscall: "futex", target: "futex 0x1 (owner unknown: …)",
+                                      samples: 1).groupDescription == "futex (owner unknown)")
+        #expect(StallReport.WaitingOn(kind: "file", syscall: "fsync", target: "/var/lib/x", samples: 1)
+                    .groupDescription == "fsync /var/lib/x")
+        // The digest `stallmon report` reads carries it, so the fast path groups the same way.
+        let data = try JSONEncoder().encode(entries[0].report)
+        let digest = try ReportReader.decodeDigest(data, path: "/r/x.json")
+        #expect(digest.waitingOn == entries[0].report.waitingOn)
+    }
+
     @Test("no reports: no durations, no groups")
     func empty() {
         let summary = StallSummary(directory: "/r", reports: [], unreadable: 2)

@@ -31,6 +31,7 @@ struct ConfigurationTests {
         ("threshold_ms = fast", "fast"),
         ("treshold_ms = 100", "unknown config key `treshold_ms`"),
         ("threshold_ms 100", "expected `key = value`"),
+        ("lock_holder_stacks = maybe", "maybe"),
     ])
     func badValuesAreRejectedNamingThem(line: String, mentioned: String) throws {
         let directory = makeTemporaryDirectory()
@@ -59,6 +60,9 @@ struct ConfigurationTests {
         #expect(loaded.sampleInterval == .milliseconds(5))
         #expect(loaded.reportDirectory == "/var/lib/x")
         #expect(loaded.resolvedEventLogPath == "/var/lib/x/events.jsonl")
+        #expect(loaded.lockHolderStacks)
+        #expect(try !StallMonitorConfiguration.load(file: nil, environment: ["STALLMON_LOCK_HOLDER_STACKS": "off"])
+                    .lockHolderStacks)
     }
 
     @Test func theDefaultReportDirectoryIsAbsoluteAndFollowsSystemd() {

@@ -71,6 +71,31 @@ struct UploaderTests {
                     == .object(["stringValue": .string("TCP 127.0.0.1:39514 → 10.0.0.5:5432")]))
     }
 
+    /// A lock stall tells the collector who held the lock, what it ran (its hottest stack) and what it waited on.
+    @Test func otlpRecordsNameTheLockHolderAndWhatItRan() throws {
+        let receiver = try Receiver()
+        let directory = makeTemporaryDirectory()
+        var report = sampleReport(durationMs: 222)
+        report.waitingOn = [.init(kind: "lock", syscall: "futex", target: "pthread mutex 0x10 held by thread 7 \"w\"",
+                                  holderThread: 7, holderName: "db-writer", samples: 3,
+                                  holderStack: HottestStack(frames: [1], samples: 2, of: 2),
+                                  holderTopFrame: .init(symbol: "App.Ledger.flush()"),
+                                  holderWaiting: "fsync /var/lib/ledger.db")]
+        let path = directory + "/stall-20261122T010203.456Z-\(report.id.prefix(8)).json"
+        try AtomicFile.write(Array(try JSONEncoder().encode(report)), to: path)
+        try Spool(reportDirectory: directory).enqueue(reportPath: path)
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory),
+                                    configuration: testUploadConfiguration(receiver.baseURL), logger: Logger(label: "t"))
+        #expect(uploader.flush(deadline: .seconds(10)).delivered == 1)
+        let record = try #require(receiver.requests.first?.records?.first)
+        #expect(record["stallmon.wait.holder.thread"] == .object(["intValue": .string("7")]))
+        #expect(record["stallmon.wait.holder.thread_name"] == .object(["stringValue": .string("db-writer")]))
+        #expect(record["stallmon.wait.holder.function"] == .object(["stringValue": .string("App.Ledger.flush()")]))
+        #expect(record["stallmon.wait.holder.stack"] == .object(["stringValue": .string("main")]))
+        #expect(record["stallmon.wait.holder.waiting"]
+                    == .object(["stringValue": .string("fsync /var/lib/ledger.db")]))
+    }
+
     @Test func ndjsonSendsOneReportPerLine() throws {
         let receiver = try Receiver()
         let directory = makeTemporaryDirectory()

@@ -1,3 +1,4 @@
+import CStallmonCapture
 import Foundation
 @testable import Stallmon
 import StallmonLoop
@@ -142,4 +143,47 @@ struct WaitTargetMonitorTests {
         #expect(napReport.waitingOn?.first?.kind == "sleep", "\(String(describing: napReport.waitingOn))")
         #expect(napReport.waitingOn?.first?.syscall == "clock_nanosleep")
     }
+
+    /// A loop that syncs a file again and again (a journal commit per fsync on a disk file system) waits in fsync,
+    /// uninterruptibly: the report names the call and the file.
+    @Test func aLoopSyncingAFileNamesTheFile() throws {
+        let directory = makeTemporaryDirectory()
+        // On tmpfs or ramfs fsync returns at once, and there is nothing to wait for.
+        let onDisk = !["tmpfs", "ramfs"].contains(fileSystemType(of: directory))
+        let path = directory + "/journal.db"
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        let (loop, monitor) = try monitored("fsync-wait", directory)
+        loop.schedule(after: .milliseconds(20), label: "commit") {
+            let block = [UInt8](repeating: 7, count: 4096)
+            let end = cstallmon_monotonic_ns() + 300_000_000
+            repeat {
+                _ = block.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                fsync(fd)
+            } while cstallmon_monotonic_ns() < end
+        }
+        loop.run(for: .milliseconds(600))
+        monitor.stop()
+        let report = try #require(readReports(directory).first { $0.label == "commit" })
+        let waits = report.waitingOn ?? []
+        guard onDisk else { return }
+        let sync = try #require(waits.first { $0.syscall == "fsync" || $0.syscall == "fdatasync" }, "\(waits)")
+        #expect(sync.kind == "file")
+        #expect(sync.target == path, "\(String(describing: sync.target))")
+    }
+}
+
+/// The type of the file system `path` is on (the longest mount point of /proc/self/mounts that contains it).
+private func fileSystemType(of path: String) -> String {
+    let mounts = (try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? ""
+    var best = (point: "", type: "")
+    for line in mounts.split(separator: "\n") {
+        let fields = line.split(separator: " ")
+        guard fields.count >= 3 else { continue }
+        let point = String(fields[1])
+        let contains = path == point || path.hasPrefix(point == "/" ? "/" : point + "/")
+        if contains && point.count > best.point.count { best = (point, String(fields[2])) }
+    }
+    return best.type
 }
