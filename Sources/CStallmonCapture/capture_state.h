@@ -56,6 +56,7 @@ typedef struct {
     uintptr_t stack_low;        // the thread's stack bounds, recorded at warm-up (0: unknown)
     uintptr_t stack_high;
     int32_t in_loader;          // the handler found the thread inside the dynamic loader
+    int32_t unknown_image;      // the stack reached code in no known image: it ends there
     _Atomic int32_t warmed;     // the thread ran cstallmon_warm_up: libunwind's per-thread trace cache exists
     uint32_t truncated;
     int32_t unwind_error;
@@ -82,6 +83,10 @@ typedef struct {
     // which dl_iterate_phdr takes: found at install by watching which mutex in _rtld_global dl_iterate_phdr holds.
     // NULL when it could not be found; the handler then falls back to scanning the stack.
     const int32_t *load_write_lock;
+    // libunwind reads the image table, never the loader (image_table.c): no loader lock in the handler.
+    int unwinder_uses_table;
+    // Benchmarks and the fault suite only: unwind through the loader as before the table (the old guard applies).
+    _Atomic int through_loader;
     capture_slot slots[CSTALLMON_MAX_SLOTS];
 } capture_state;
 
@@ -89,6 +94,28 @@ typedef struct {
 // handler can ever point at freed memory. Defined in slots.c.
 extern capture_state cstallmon_g_state __attribute__((visibility("hidden")));
 #define g_state cstallmon_g_state
+
+// MARK: - The image table (image_table.c)
+
+// NOT async-signal-safe. Rebuilds the table of loaded images when objects were loaded or unloaded since it was
+// built (dl_iterate_phdr's dlpi_adds/dlpi_subs). Returns 1 when it was rebuilt, 0 when current, -1 out of memory.
+int cstallmon_table_refresh(void) __attribute__((visibility("hidden")));
+// NOT async-signal-safe. Starts the thread that refreshes the table on request (once per process); 0 when running.
+int cstallmon_table_start_refresher(void) __attribute__((visibility("hidden")));
+// NOT async-signal-safe; never waits. Asks the refresher thread to check the table (a capture does, each time).
+void cstallmon_table_request_refresh(void) __attribute__((visibility("hidden")));
+// NOT async-signal-safe. Points libunwind.so's reference to dl_iterate_phdr at the table (inside our handler) and
+// at the real function (everywhere else). 0 when done, -1 when libunwind's relocations could not be found.
+int cstallmon_table_patch_unwinder(void) __attribute__((visibility("hidden")));
+// Async-signal-safe (atomics, a thread-local store). Brackets the handler's unwinding: libunwind's dl_iterate_phdr
+// serves the table meanwhile, and the table the handler reads is not freed.
+void cstallmon_table_enter(void) __attribute__((visibility("hidden")));
+void cstallmon_table_exit(void) __attribute__((visibility("hidden")));
+// Async-signal-safe (reads of the immutable table). 1 when `address` is in an executable segment of a known image.
+int cstallmon_table_contains(uintptr_t address) __attribute__((visibility("hidden")));
+// Async-signal-safe. Like cstallmon_table_contains, and gives the executable segment's bounds.
+int cstallmon_table_range_of(uintptr_t address, uintptr_t *low, uintptr_t *high)
+    __attribute__((visibility("hidden")));
 
 // MARK: - Shared helpers (async-signal-safe)
 

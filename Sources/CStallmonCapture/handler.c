@@ -1,6 +1,7 @@
 // The signal handler and everything it calls: the only code of stallmon that runs inside a signal handler.
 // Everything in this file is async-signal-safe: atomics, clock_gettime, syscall(gettid/futex) and libunwind's local
-// unwinder on memory preallocated at install. No malloc, locks of our own, stdio or Swift; errno saved and restored.
+// unwinder on memory preallocated at install, which finds unwind tables in the image table (image_table.c), not
+// through the loader. No malloc, locks of our own, stdio or Swift; errno saved and restored.
 #include "capture_state.h"
 
 #include <errno.h>
@@ -88,6 +89,22 @@ static int interrupted_in_loader(const capture_slot *slot, const ucontext_t *con
     if (g_state.load_write_lock) return loader_lock_held_by(g_state.load_write_lock, tid);
 #endif
     return 0;
+}
+
+// Async-signal-safe (reads of the image table). Ends the stack at the first frame in code of no known image (JIT
+// code, or an object loaded since the table was built): what lies beyond was found by guesswork, not unwind tables.
+// Return addresses are looked up at address - 1 (the call), as the symbolicator does.
+static void end_at_unknown_image(capture_slot *slot) {
+    uintptr_t low = 1, high = 0;  // the segment of the previous frame: most frames share a few images
+    for (uint32_t index = 0; index < slot->frame_count; index++) {
+        const uintptr_t address = index == 0 ? slot->frames[0] : slot->frames[index] - 1;
+        if (address >= low && address < high) continue;
+        if (cstallmon_table_range_of(address, &low, &high)) continue;
+        slot->unknown_image = 1;
+        if (index + 1 < slot->frame_count) slot->truncated = 1;
+        slot->frame_count = index + 1;
+        return;
+    }
 }
 
 // Async-signal-safe after the thread's warm-up. libunwind's fast trace (unw_backtrace) walks from the handler's
@@ -178,7 +195,19 @@ void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
                 if (expected == SLOT_ABANDONED) drain_abandoned(slot, SLOT_ABANDONED);
                 continue;
             }
-            slot->in_loader = interrupted_in_loader(slot, (const ucontext_t *)ucontext, self);
+            slot->unknown_image = 0;
+            // With the image table, unwinding never calls the loader, so a thread inside it (dlopen, dlclose,
+            // dl_iterate_phdr) is unwound like any other, with one exception: a thread holding the loader's list
+            // lock (when found) is still skipped. libunwind's register-state cache mutex may be held by a thread of
+            // the application that unwinds with libunwind itself, outside stallmon, and waits for that list lock.
+            // It also spares dlclose's own thread while it unmaps objects the table may still list.
+            // Without the table (libunwind's relocations not found), the old guard stays whole.
+            const int use_table = g_state.unwinder_uses_table && !atomic_load(&g_state.through_loader);
+            if (use_table) {
+                slot->in_loader = g_state.load_write_lock && loader_lock_held_by(g_state.load_write_lock, self);
+            } else {
+                slot->in_loader = interrupted_in_loader(slot, (const ucontext_t *)ucontext, self);
+            }
             if (slot->in_loader) {
                 slot->frame_count = 0;
                 slot->truncated = 0;
@@ -187,6 +216,11 @@ void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
                 slot->frame_count = 0;
                 slot->truncated = 0;
                 slot->unwind_error = -ENOSPC;  // recorded as unwind-failed: never overflow someone's stack
+            } else if (use_table) {
+                cstallmon_table_enter();
+                unwind_into(slot, ucontext);
+                end_at_unknown_image(slot);
+                cstallmon_table_exit();
             } else {
                 unwind_into(slot, ucontext);
             }

@@ -180,13 +180,21 @@ int cstallmon_install(int signal_number, char *error_buffer, size_t error_buffer
         return -1;
     }
     record_loader_ranges();
-    // libunwind's register-state cache makes a sample ~10x cheaper, but Debian's libunwind has no per-thread
-    // caches: the cache sits behind one global mutex (taken with signals blocked). The fault suite deadlocked on it
-    // while the handler could unwind a thread holding the loader's list lock: that thread waited in our handler for
-    // the cache mutex while its holder, another thread unwinding, waited in dl_iterate_phdr for the list lock.
-    // With the list lock found, the handler never unwinds its holder, and no such cycle remains: cache on. Without
-    // it (an unknown glibc), caching stays off and the handler path takes no libunwind lock.
-    unw_set_caching_policy(unw_local_addr_space, g_state.load_write_lock ? UNW_CACHE_GLOBAL : UNW_CACHE_NONE);
+    // The handler's unwinder reads a table of the loaded images we keep, never the loader (image_table.c).
+    if (!g_state.unwinder_uses_table && cstallmon_table_refresh() >= 0 && cstallmon_table_start_refresher() == 0 &&
+        cstallmon_table_patch_unwinder() == 0) {
+        g_state.unwinder_uses_table = 1;
+    }
+    // libunwind's register-state cache makes a sample ~10x cheaper, and its fast trace (the per-thread cache of
+    // frame shapes that keeps the handler under a microsecond) works only with it; but Debian's libunwind has no
+    // per-thread register-state caches: the cache sits behind one global mutex, taken with every signal blocked,
+    // and held while libunwind looks up unwind tables. With the image table, a handler holding it waits for nothing.
+    // The fault suite once deadlocked on it when lookups went through the loader: a thread holding the loader's list
+    // lock waited in our handler for the cache mutex while its holder, another thread unwinding, waited in
+    // dl_iterate_phdr for the list lock. Without the table and without the list lock's address (an unknown
+    // glibc), the cache stays off and the handler path takes no libunwind lock.
+    unw_set_caching_policy(unw_local_addr_space, g_state.unwinder_uses_table || g_state.load_write_lock
+                                                     ? UNW_CACHE_GLOBAL : UNW_CACHE_NONE);
     prime_unwinder();
 
     struct sigaction action;

@@ -25,6 +25,11 @@ int cstallmon_sigrtmin(void) { return SIGRTMIN; }
 int cstallmon_sigrtmax(void) { return SIGRTMAX; }
 int cstallmon_installed_signal(void) { return atomic_load(&g_state.signal_number); }
 int cstallmon_loader_lock_found(void) { return g_state.load_write_lock != NULL; }
+int cstallmon_unwinder_uses_image_table(void) {
+    return g_state.unwinder_uses_table && !atomic_load(&g_state.through_loader);
+}
+void cstallmon_set_unwind_through_loader(int enabled) { atomic_store(&g_state.through_loader, enabled != 0); }
+int cstallmon_image_table_contains(uintptr_t address) { return cstallmon_table_contains(address); }
 
 // MARK: - Slots (NOT async-signal-safe)
 
@@ -154,6 +159,9 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
         result->status = CSTALLMON_CAPTURE_PENDING;
         return;
     }
+    // Objects loaded or unloaded since the last capture: the refresher thread brings the table up to date (a
+    // frame in an object it does not know yet ends the stack, marked; the next sample sees it).
+    if (g_state.unwinder_uses_table) cstallmon_table_request_refresh();
     slot->max_frames = max_frames < CSTALLMON_MAX_FRAMES ? max_frames : CSTALLMON_MAX_FRAMES;
     int32_t expected = SLOT_IDLE;
     if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_REQUESTED)) {
@@ -202,6 +210,7 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
     result->truncated = slot->truncated;
     result->handler_entered_ns = slot->entered_ns;
     result->handler_done_ns = slot->done_ns;
+    result->unknown_image = (uint32_t)slot->unknown_image;
     if (slot->in_loader) {
         result->status = CSTALLMON_CAPTURE_IN_LOADER;
     } else if (slot->unwind_error != 0) {

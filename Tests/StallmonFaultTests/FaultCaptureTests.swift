@@ -397,6 +397,13 @@ enum FaultSharedLibrary {
             return value * 3 + offset + (spin - spin);
         }
 
+        /* Runs until *stop is set: a frame of this library stays on the stack while it is captured. */
+        __attribute__((noinline)) int fault_library_spin(volatile int *stop) {
+            int value = 0;
+            while (!*stop) value = fault_library_inner(value & 0xff);
+            return value;
+        }
+
         int fault_library_work(int value) {
             char *temporary = malloc(64);
             int result = fault_library_inner(value);

@@ -52,7 +52,7 @@ typedef struct {
     uint32_t frame_count;        ///< frames written to the caller's buffer
     uint32_t truncated;          ///< 1 when the stack was deeper than the buffer
     uint32_t handler_replaced;   ///< 1 when the signal's handler is no longer ours: nothing was sent (SIGNAL_FAILED)
-    uint32_t reserved;
+    uint32_t unknown_image;      ///< 1 when the stack reached code in no known image; its last frame is that code
     uint64_t signal_sent_ns;     ///< just before tgkill
     uint64_t handler_entered_ns; ///< first instruction of the handler's work on the target thread
     uint64_t handler_done_ns;    ///< the handler published its frames
@@ -77,6 +77,19 @@ int cstallmon_installed_signal(void);
 /// holding it (CSTALLMON_CAPTURE_IN_LOADER); 0 when it falls back to scanning the stack for loader return
 /// addresses. Async-signal-safe.
 int cstallmon_loader_lock_found(void);
+
+/// 1 when the handler's unwinder reads stallmon's table of loaded images instead of calling the dynamic loader
+/// (libunwind.so's reference to dl_iterate_phdr was pointed at it at install). Async-signal-safe.
+int cstallmon_unwinder_uses_image_table(void);
+
+/// Benchmarks and fault tests only: 1 makes the handler unwind through the loader (dl_iterate_phdr, guarded by the
+/// in-loader check) as it did before the image table, to measure or provoke that path; 0 (the default) restores
+/// the table. Async-signal-safe (one atomic store).
+void cstallmon_set_unwind_through_loader(int enabled);
+
+/// 1 when `address` lies in an executable segment of an image of the table the handler unwinds with (as of the
+/// last capture's refresh). For tests and diagnostics. Async-signal-safe.
+int cstallmon_image_table_contains(uintptr_t address);
 
 /// SIGRTMIN and SIGRTMAX, which are functions in glibc and so invisible to Swift. Async-signal-safe.
 int cstallmon_sigrtmin(void);

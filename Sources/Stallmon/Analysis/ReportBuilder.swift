@@ -78,6 +78,7 @@ struct ReportBuilder {
                 offsetMs: Double(offset) / 1e6, status: sample.status, frames: indices, truncated: sample.truncated,
                 label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name,
                 state: sample.threadState.map { String($0) }, idle: idle ? true : nil)
+            if sample.unknownImage { built.unknownImage = true }
             if let wait = sample.wait, !afterEnd {
                 let order = waits.count
                 waits[wait, default: (0, order)].count += 1

@@ -29,6 +29,8 @@ struct RawSample: Sendable {
     var threadState: Character? = nil
     /// The sampling signal's handler is no longer stallmon's: nothing was sent (status `signalFailed`).
     var handlerReplaced = false
+    /// The stack reached code in no known image (JIT code, an object loaded since the last refresh) and ends there.
+    var unknownImage = false
     /// What the thread was blocked on just before the signal (asleep in a system call), when /proc could tell.
     var wait: WaitTarget? = nil
     /// The holder of the lock it waited for, as the same moment saw it.
@@ -64,6 +66,7 @@ final class StackCapturer {
                                truncated: result.truncated != 0, pauseNanoseconds: status == .ok ? pause : 0,
                                labelID: labelID)
         sample.handlerReplaced = result.handler_replaced != 0
+        sample.unknownImage = result.unknown_image != 0
         return sample
     }
 }

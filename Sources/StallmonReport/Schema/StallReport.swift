@@ -213,6 +213,9 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var state: String?
         /// True when the capture found the loop back in epoll: no evidence, left out of the aggregation.
         public var idle: Bool?
+        /// True when the stack reached code in no loaded image stallmon knew of (JIT code, or an object loaded
+        /// a moment before): its last frame is that code, and nothing beyond it was guessed.
+        public var unknownImage: Bool?
         /// Index into `waitingOn`: what the thread was blocked on at this sample (so a lock's holder changing
         /// during the stall shows sample by sample).
         public var waiting: Int?

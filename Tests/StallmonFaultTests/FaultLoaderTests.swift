@@ -1,0 +1,203 @@
+import CStallmonCapture
+import Foundation
+@testable import Stallmon
+@testable import StallmonReport
+import StallmonTestSupport
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@inline(never)
+func faultHoldTheLockAndCompute(_ lock: UnsafeMutablePointer<pthread_mutex_t>) {
+    pthread_mutex_lock(lock)
+    _ = stallmonFaultSpin(microseconds: 300)
+    pthread_mutex_unlock(lock)
+}
+
+@inline(never)
+func stallmonFaultSpin(microseconds: Int) -> UInt64 {
+    let end = faultNow() + UInt64(microseconds) * 1000
+    var accumulator: UInt64 = 1
+    while faultNow() < end { accumulator = accumulator &* 6364136223846793005 &+ 1 }
+    return accumulator
+}
+
+extension FaultTests {
+    /// The handler unwinds with stallmon's table of loaded images, never through the loader (image_table.c): it
+    /// cannot wait for the loader's list lock, whoever holds it and whatever they wait for; objects loaded later
+    /// are unwound through, unloaded ones forgotten, and code in no known image ends the stack, marked.
+    @Suite("Fault: the unwinder and the loader", .serialized)
+    struct FaultLoaderTests {
+        /// The hazard of unwinding through the loader: thread B holds the loader's list lock (inside
+        /// dl_iterate_phdr, as dlclose does while it frees memory) and waits for a lock that thread A holds; A is
+        /// sampled. A handler that looked up unwind tables with dl_iterate_phdr would wait for B for ever, and B for
+        /// A. A is a fresh thread (no warm-up, so every frame is looked up), captured again and again.
+        @Test func aSampledThreadHoldingALockTheLoaderWaitsForIsUnwoundWithoutWaiting() throws {
+            let signalNumber = try FaultSignal.install()
+            defer { cstallmon_release() }
+            try #require(cstallmon_unwinder_uses_image_table() == 1, "libunwind reads the image table")
+            let lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+            pthread_mutex_init(lock, nil)
+            let shared = FaultPointers(mutex: lock, counter: UnsafeMutablePointer<Int>.allocate(capacity: 1))
+            let holder = FaultThread(name: "fault-lock-holder", unblocking: signalNumber) { _ in
+                faultHoldTheLockAndCompute(shared.mutex)
+            }
+            let loaderWaiter = FaultThread(name: "fault-loader-waiter", unblocking: nil) { _ in
+                typealias Callback = @convention(c) (OpaquePointer?, Int, UnsafeMutableRawPointer?) -> Int32
+                // Inside the callback this thread holds the loader's list lock, and waits for the holder's lock.
+                _ = faultIteratePhdr({ _, _, context in
+                    let lock = context!.assumingMemoryBound(to: pthread_mutex_t.self)
+                    pthread_mutex_lock(lock)
+                    pthread_mutex_unlock(lock)
+                    return 1
+                }, UnsafeMutableRawPointer(shared.mutex))
+            }
+            var stopped = false
+            defer {
+                if !stopped { stopped = [holder, loaderWaiter].map { $0.stopAndWait() }.allSatisfy { $0 } }
+                if stopped {
+                    pthread_mutex_destroy(lock)
+                    lock.deallocate()
+                    shared.counter.deallocate()
+                }
+            }
+            let slot = cstallmon_slot_acquire(holder.threadID)
+            try #require(slot >= 0)
+            defer { cstallmon_slot_release(slot) }
+            let capturer = StackCapturer(slot: slot, maxFrames: 128, timeout: .milliseconds(200))
+            var tally = CaptureTally()
+            var sawTheHolder = 0
+            let symbolicator = Symbolicator()
+            for _ in 0..<300 {
+                let start = faultNow()
+                let sample = capturer.capture(labelID: 0)
+                let elapsed = faultNow() - start
+                tally.calls += 1
+                tally.counts[sample.status, default: 0] += 1
+                tally.slowestNanoseconds = max(tally.slowestNanoseconds, elapsed)
+                tally.totalNanoseconds += elapsed
+                if sample.status == .ok, sample.frames.enumerated().contains(where: {
+                    symbolicator.symbolize($1, isReturnAddress: $0 > 0).symbol?
+                        .contains("faultHoldTheLockAndCompute") == true
+                }) {
+                    sawTheHolder += 1
+                }
+                faultSleep(microseconds: 300)
+            }
+            print("Fault lock held for a dl_iterate_phdr callback: \(tally); \(sawTheHolder) stacks in the holder")
+            // In-loader: the list lock's word was set with its owner not yet recorded (the waiter taking it), which
+            // the guard must treat as possibly ours. Never timed out: no capture waited.
+            #expect(tally[.ok] + tally[.inLoader] == tally.calls, "every capture returned at once: \(tally)")
+            #expect(tally[.ok] * 10 >= tally.calls * 9, "almost every capture unwound: \(tally)")
+            #expect(sawTheHolder > 0, "the holder's own frames were unwound")
+            #expect(holder.isMakingProgress() && loaderWaiter.isMakingProgress(), "neither thread is stuck")
+            stopped = [holder, loaderWaiter].map { $0.stopAndWait() }.allSatisfy { $0 }
+            #expect(stopped)
+        }
+
+        /// A library loaded after the monitor started is unwound through (its frames, then the caller's), and once
+        /// it is unloaded the table no longer lists it.
+        @Test func aLibraryLoadedLaterIsUnwoundThroughAndForgottenWhenUnloaded() throws {
+            let signalNumber = try FaultSignal.install()
+            defer { cstallmon_release() }
+            let directory = makeTemporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let library = try #require(try FaultSharedLibrary.build(in: directory, copies: 1).first)
+            let stop = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+            stop.initialize(to: 0)
+            defer { stop.deallocate() }
+            let spinAddress = Atomic<UInt>(0)
+            let unloaded = DispatchSemaphore(value: 0)
+            let stopPointer = UInt(bitPattern: stop)
+            let target = FaultThread(name: "fault-late-library", unblocking: signalNumber) { thread in
+                guard thread.progress.load(ordering: .relaxed) == 0,
+                      let handle = dlopen(library, RTLD_NOW | RTLD_LOCAL),
+                      let symbol = dlsym(handle, "fault_library_spin") else { return }
+                spinAddress.store(UInt(bitPattern: symbol), ordering: .releasing)
+                typealias Spin = @convention(c) (UnsafeMutablePointer<Int32>) -> Int32
+                _ = unsafeBitCast(symbol, to: Spin.self)(UnsafeMutablePointer(bitPattern: stopPointer)!)
+                dlclose(handle)
+                unloaded.signal()
+            }
+            defer { _ = target.stopAndWait() }
+            #expect(eventually { spinAddress.load(ordering: .acquiring) != 0 })
+            let address = spinAddress.load(ordering: .acquiring)
+            let slot = cstallmon_slot_acquire(target.threadID)
+            try #require(slot >= 0)
+            defer { cstallmon_slot_release(slot) }
+            let capturer = StackCapturer(slot: slot, maxFrames: 128, timeout: .milliseconds(200))
+            // A capture asks the refresher thread to catch up with the loader; the table then lists the library.
+            #expect(eventually { _ = capturer.capture(labelID: 0); return cstallmon_image_table_contains(address) == 1 })
+            let symbolicator = Symbolicator()
+            var throughTheLibrary = 0
+            for _ in 0..<20 {
+                let sample = capturer.capture(labelID: 0)
+                guard sample.status == .ok else { continue }
+                let symbols = sample.frames.enumerated().map {
+                    symbolicator.symbolize($1, isReturnAddress: $0 > 0).symbol ?? "?"
+                }
+                // The library's frames, and beyond them the test's own closure: unwound through, not stopped.
+                if let inLibrary = symbols.firstIndex(where: { $0.contains("fault_library_spin") }),
+                   symbols[(inLibrary + 1)...].contains(where: { $0.contains("FaultLoaderTests") }) {
+                    throughTheLibrary += 1
+                }
+            }
+            #expect(throughTheLibrary > 10, "stacks ran through the late library: \(throughTheLibrary) of 20")
+            stop.pointee = 1
+            #expect(unloaded.wait(timeout: .now() + 5) == .success)
+            #expect(eventually { _ = capturer.capture(labelID: 0); return cstallmon_image_table_contains(address) == 0 },
+                    "the unloaded library left the table")
+        }
+
+        #if arch(x86_64)
+        /// Code in no known image (here a page of machine code made executable by hand, as a JIT would) ends the
+        /// stack: its frame is kept, marked, and nothing beyond it is guessed.
+        @Test func codeInNoKnownImageEndsTheStackMarked() throws {
+            let signalNumber = try FaultSignal.install()
+            defer { cstallmon_release() }
+            // spin: mov (%rdi),%eax; test %eax,%eax; jz spin; ret
+            let code: [UInt8] = [0x8B, 0x07, 0x85, 0xC0, 0x74, 0xFA, 0xC3]
+            let page = mmap(nil, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+            try #require(page != MAP_FAILED)
+            defer { munmap(page, 4096) }
+            page!.copyMemory(from: code, byteCount: code.count)
+            try #require(mprotect(page, 4096, PROT_READ | PROT_EXEC) == 0)
+            let flag = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+            flag.initialize(to: 0)
+            defer { flag.deallocate() }
+            let entry = UInt(bitPattern: page)
+            let flagAddress = UInt(bitPattern: flag)
+            let target = FaultThread(name: "fault-jit", unblocking: signalNumber) { thread in
+                guard thread.progress.load(ordering: .relaxed) == 0 else { return }
+                typealias Spin = @convention(c) (UnsafeMutablePointer<Int32>) -> Void
+                unsafeBitCast(entry, to: Spin.self)(UnsafeMutablePointer(bitPattern: flagAddress)!)
+            }
+            defer {
+                flag.pointee = 1
+                _ = target.stopAndWait()
+            }
+            usleep(20_000)
+            let slot = cstallmon_slot_acquire(target.threadID)
+            try #require(slot >= 0)
+            defer { cstallmon_slot_release(slot) }
+            let capturer = StackCapturer(slot: slot, maxFrames: 128, timeout: .milliseconds(200))
+            let samples = (0..<5).map { _ in capturer.capture(labelID: 0) }
+            #expect(samples.allSatisfy { $0.status == .ok && $0.unknownImage }, "\(samples.map(\.status))")
+            #expect(samples.allSatisfy { $0.frames.count == 1 && ($0.frames.first ?? 0) - entry < 7 },
+                    "\(samples.map(\.frames))")
+        }
+        #endif
+    }
+}
+
+/// dl_iterate_phdr, called through a pointer from the loader (so that this thread really holds the list lock).
+private func faultIteratePhdr(_ callback: @convention(c) (OpaquePointer?, Int, UnsafeMutableRawPointer?) -> Int32,
+                              _ context: UnsafeMutableRawPointer?) -> Int32 {
+    typealias IteratePhdr = @convention(c) (@convention(c) (OpaquePointer?, Int, UnsafeMutableRawPointer?) -> Int32,
+                                            UnsafeMutableRawPointer?) -> Int32
+    let iterate = unsafeBitCast(dlsym(nil, "dl_iterate_phdr"), to: IteratePhdr.self)
+    return iterate(callback, context)
+}
