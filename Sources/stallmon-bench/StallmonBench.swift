@@ -14,7 +14,7 @@ struct StallmonBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stallmon-bench",
         abstract: "Measure stallmon's overhead, capture cost, detection quality, scale and memory.",
-        subcommands: [Run.self, StalledTarget.self],
+        subcommands: [Run.self, StalledTarget.self, LoaderHazard.self],
         defaultSubcommand: Run.self)
 }
 
@@ -389,6 +389,29 @@ struct CaptureCost {
                                target: name == "eu-stack" ? "≥ 300×" : nil))
         }
         try WaitResolutionCost(quick: quick).run(results)
+        for throughLoader in [false, true] {
+            let child = Process()
+            child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+            child.arguments = ["loader-hazard"] + (throughLoader ? ["--through-loader"] : [])
+            let pipe = Pipe()
+            child.standardOutput = pipe
+            try child.run()
+            let deadline = nowNanoseconds() + 30_000_000_000
+            while child.isRunning && nowNanoseconds() < deadline { usleep(50_000) }
+            if child.isRunning { kill(child.processIdentifier, SIGKILL) }
+            child.waitUntilExit()
+            let line = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            // "captures N ok M; holder progress P → Q": a holder stuck in its handler makes no progress.
+            let fields = line.split(separator: " ")
+            let ok = fields.count > 3 ? Double(fields[3].trimmingCharacters(in: [";"])) ?? .nan : .nan
+            let stuck = fields.count == 9 && fields[6] == fields[8]
+            results.add(Figure(section: "capture",
+                               name: throughLoader ? "  hazard, unwinding through the loader (before): captures ok"
+                                                   : "hazard (lock held for a list-lock holder): captures ok",
+                               value: ok, unit: "of 300",
+                               note: (stuck ? "DEADLOCKED: the holder hangs in its handler; " : "no hang; ") + line))
+        }
     }
 }
 

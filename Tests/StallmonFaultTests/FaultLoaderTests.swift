@@ -98,6 +98,36 @@ extension FaultTests {
             #expect(stopped)
         }
 
+        /// The same hazard, both ways, in child processes (`stallmon-bench loader-hazard`): unwinding through the
+        /// loader, as before the image table, the holder hangs in its handler for good (captures stop succeeding, the
+        /// holder never runs again); with the table, the captures succeed and the holder runs on.
+        @Test func throughTheLoaderTheHazardDeadlocksAndWithTheTableItDoesNot() throws {
+            let bench = try StallmonExecutable.url().deletingLastPathComponent()
+                .appendingPathComponent("stallmon-bench").path
+            try #require(FileManager.default.isExecutableFile(atPath: bench), "built by swift build --build-tests")
+            let directory = makeTemporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            func run(_ arguments: [String]) throws -> (ok: Int, progressed: Bool, line: String) {
+                let output = directory + "/hazard-\(arguments.count).txt"
+                let status = ChildProcess.run(bench, ["loader-hazard", "--captures", "100"] + arguments,
+                                              timeout: .seconds(60), outputPath: output)
+                let line = ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "")
+                    .split(separator: "\n").first { $0.hasPrefix("captures ") }.map(String.init) ?? ""
+                try #require(status == 0, "the child reported and left: \(String(describing: status)) \(line)")
+                let fields = line.split(separator: " ")
+                try #require(fields.count == 9, "captures N ok M; holder progress P → Q: \(line)")
+                return (Int(fields[3].trimmingCharacters(in: [";"])) ?? -1, fields[6] != fields[8], line)
+            }
+            let table = try run([])
+            // A few in-loader samples are possible with the table: the guard's false positive while the other thread
+            // takes the list lock (its owner not yet recorded).
+            #expect(table.ok >= 90 && table.progressed, "with the table: \(table.line)")
+            let loader = try run(["--through-loader"])
+            // Through the loader, the first capture that looks a frame up while the other thread holds the list lock
+            // hangs: every capture after it fails, and the holder never runs again.
+            #expect(loader.ok < 100 && !loader.progressed, "through the loader the holder hangs: \(loader.line)")
+        }
+
         /// A library loaded after the monitor started is unwound through (its frames, then the caller's), and once
         /// it is unloaded the table no longer lists it.
         @Test func aLibraryLoadedLaterIsUnwoundThroughAndForgottenWhenUnloaded() throws {
