@@ -101,7 +101,10 @@ final class Watchdog: Sendable {
         var expectedWake: UInt64?
         var runDelayBeforeSleep = ThreadStats.ownRunDelay() ?? 0
         var descriptors = DescriptorResolver()
-        let holders = HolderSampler(maxFrames: configuration.maxFrames, timeout: configuration.captureTimeout,
+        // A holder's capture waits at most 20 ms: the loop's own sample comes after it, and must not be held up by
+        // a holder that is slow to take the signal (a late handler drains its slot as usual).
+        let holders = HolderSampler(maxFrames: configuration.maxFrames,
+                                    timeout: min(configuration.captureTimeout, .milliseconds(20)),
                                     stacks: configuration.lockHolderStacks)
         defer { holders.endStall() }
         var loopStats = LoopStatsReporter(loopName: loopName, lineInterval: configuration.loopStatsInterval)
