@@ -119,9 +119,9 @@ extension FaultTests {
                 return (Int(fields[3].trimmingCharacters(in: [";"])) ?? -1, fields[6] != fields[8], line)
             }
             let table = try run([])
-            // A few in-loader samples are possible with the table: the guard's false positive while the other thread
-            // takes the list lock (its owner not yet recorded).
-            #expect(table.ok >= 90 && table.progressed, "with the table: \(table.line)")
+            // A few misses are possible with the table: the guard's false positive while the other thread takes the
+            // list lock (its owner not yet recorded), or a capture timed out on a loaded machine.
+            #expect(table.ok >= 80 && table.progressed, "with the table: \(table.line)")
             let loader = try run(["--through-loader"])
             // Through the loader, the first capture that looks a frame up while the other thread holds the list lock
             // hangs: every capture after it fails, and the holder never runs again.

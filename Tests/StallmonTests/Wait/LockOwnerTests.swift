@@ -81,6 +81,13 @@ private final class LockHolder: Sendable {
          hold: @escaping @Sendable (_ whileHeld: () -> Void) -> Void) {
         let holding = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
+            // As a service's own thread: the test runner's threads may block every signal, and threads inherit that.
+            if let number = try? SamplingSignal.default.resolve() {
+                var set = sigset_t()
+                sigemptyset(&set)
+                sigaddset(&set, number)
+                pthread_sigmask(SIG_UNBLOCK, &set, nil)
+            }
             cstallmon_set_thread_name(name)
             tid.store(cstallmon_gettid(), ordering: .releasing)
             hold {
