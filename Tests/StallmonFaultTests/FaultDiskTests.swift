@@ -265,6 +265,11 @@ extension FaultTests {
             // Pad the event log (with a valid line) to 8 bytes short of a page, so the next line needs a new block
             // the full disk does not have: a torn line would show.
             let logPath = directory + "/events.jsonl"
+            // The writer appends the stall's end line after counting its report: wait for it, or it could land
+            // after the size is read and push the padding off the page boundary (seen once on a loaded run).
+            #expect(eventually {
+                ((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").contains("\"stall.end\"")
+            }, "the first stall's end line is in the log")
             let size = Int((try? FileManager.default.attributesOfItem(atPath: logPath)[.size] as? Int) ?? 0)
             let target = ((size + 200) / 4096 + 1) * 4096 - 8
             let skeleton = #"{"time":"2026-01-01T00:00:00.000Z","event":"fault.padding","message":""}"# + "\n"
