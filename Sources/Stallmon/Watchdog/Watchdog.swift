@@ -111,8 +111,10 @@ final class Watchdog: Sendable {
 
         while !stopping.load(ordering: .acquiring) {
             let now = cstallmon_monotonic_ns()
+            let delayAtTop = ThreadStats.ownRunDelay()
+            var waitedForACapture = false
             if let expected = expectedWake {
-                let delayGrowth = (ThreadStats.ownRunDelay() ?? runDelayBeforeSleep) &- runDelayBeforeSleep
+                let delayGrowth = (delayAtTop ?? runDelayBeforeSleep) &- runDelayBeforeSleep
                 if freezes.observeWake(expected: expected, actual: now, runDelayGrowth: delayGrowth,
                                        minimum: freezeMinimum) {
                     counters.freezes.wrappingAdd(1, ordering: .relaxed)
@@ -165,6 +167,7 @@ final class Watchdog: Sendable {
                     descriptors = DescriptorResolver()
                     holders.endStall()
                     if let capturer {
+                        waitedForACapture = true
                         snapshot.samples.append(takeSample(capturer, tid: boundThread, descriptors: &descriptors,
                                                            holders: holders))
                     }
@@ -173,6 +176,7 @@ final class Watchdog: Sendable {
                     writer.submit(.begin(snapshot), from: client)
                 case .sample:
                     if let capturer, current != nil {
+                        waitedForACapture = true
                         let sample = takeSample(capturer, tid: boundThread, descriptors: &descriptors,
                                                 holders: holders)
                         current?.snapshot.samples.append(sample)
@@ -222,8 +226,20 @@ final class Watchdog: Sendable {
                 }
             }
             if case .busy = reading, current != nil { current?.lastSeenBusy = now }
-            runDelayBeforeSleep = ThreadStats.ownRunDelay() ?? runDelayBeforeSleep
-            expectedWake = max(wakeAt, cstallmon_monotonic_ns())
+            let delayAtEnd = ThreadStats.ownRunDelay() ?? runDelayBeforeSleep
+            let passEnd = cstallmon_monotonic_ns()
+            // A freeze can also land while this thread works rather than sleeps (more likely on a loaded machine,
+            // where it is often preempted mid-pass): the pass then takes as long as the freeze, without waiting for
+            // a CPU. A pass that waited for a capture's handler is not judged (that wait is neither).
+            if !waitedForACapture, let delayAtTop,
+               freezes.observeWake(expected: now, actual: passEnd, runDelayGrowth: delayAtEnd &- delayAtTop,
+                                   minimum: freezeMinimum)
+            {
+                counters.freezes.wrappingAdd(1, ordering: .relaxed)
+                writer.submit(.frozen(loopName: loopName, nanoseconds: passEnd - now), from: client)
+            }
+            runDelayBeforeSleep = delayAtEnd
+            expectedWake = max(wakeAt, passEnd)
             waitUntil(wakeAt)
         }
         // Stopped mid-stall: leave the evidence as an ongoing report.
