@@ -68,6 +68,7 @@ typedef struct {
     int overflow;
 } table_fill;
 
+// Async-signal-safe (arithmetic). Whether a dl_phdr_info of `size` bytes has dlpi_adds and dlpi_subs.
 static int has_counters(size_t size) {
     return size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(unsigned long long);
 }
@@ -228,6 +229,7 @@ int cstallmon_table_refresh(void) {
 static _Atomic uint32_t g_refresh_requests;  // futex word
 static _Atomic int g_refresher_started;
 
+// NOT async-signal-safe: the refresher thread's body (all signals blocked on it).
 static void *refresher_main(void *unused) {
     (void)unused;
     sigset_t all;
@@ -361,6 +363,7 @@ typedef struct {
     uintptr_t relro_low, relro_high;
 } relro_search;
 
+// NOT async-signal-safe (a dl_iterate_phdr callback, at install). Finds the PT_GNU_RELRO range of one image.
 static int find_relro(struct dl_phdr_info *info, size_t size, void *context) {
     (void)size;
     relro_search *search = context;
@@ -373,7 +376,7 @@ static int find_relro(struct dl_phdr_info *info, size_t size, void *context) {
     return 1;
 }
 
-// Writes `value` into the GOT slot at `slot`, making its page writable for the write if RELRO made it read-only.
+// NOT async-signal-safe (mprotect; at install only). Writes `value` into the GOT slot at `slot`, making its page writable for the write if RELRO made it read-only.
 static int write_slot(void **slot, void *value, const relro_search *relro) {
     const uintptr_t page_size = g_state.page_size ? g_state.page_size : 4096;
     const uintptr_t page = (uintptr_t)slot & ~(page_size - 1);

@@ -94,7 +94,8 @@ int cstallmon_slot_reap(int index) {
     return free_now;
 }
 
-// True when another slot of `tid` than `self` has a signal in flight or a handler owed: the thread must not be
+// Async-signal-safe (atomic loads), though only the waiting side calls it. True when another slot of `tid` than
+// `self` has a signal in flight or a handler owed: the thread must not be
 // signalled again until that handler has run (one handler serves every requested slot of its thread anyway).
 static int sibling_pending(const capture_slot *self, pid_t tid) {
     for (int index = 0; index < CSTALLMON_MAX_SLOTS; index++) {
