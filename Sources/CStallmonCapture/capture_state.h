@@ -111,9 +111,8 @@ int cstallmon_table_patch_unwinder(void) __attribute__((visibility("hidden")));
 // serves the table meanwhile, and the table the handler reads is not freed.
 void cstallmon_table_enter(void) __attribute__((visibility("hidden")));
 void cstallmon_table_exit(void) __attribute__((visibility("hidden")));
-// Async-signal-safe (reads of the immutable table). 1 when `address` is in an executable segment of a known image.
-int cstallmon_table_contains(uintptr_t address) __attribute__((visibility("hidden")));
-// Async-signal-safe. Like cstallmon_table_contains, and gives the executable segment's bounds.
+// Async-signal-safe (reads of the immutable table). 1 when `address` is in an executable segment of a known image,
+// whose bounds it stores in `low` and `high`.
 int cstallmon_table_range_of(uintptr_t address, uintptr_t *low, uintptr_t *high)
     __attribute__((visibility("hidden")));
 

@@ -56,7 +56,6 @@ static _Atomic int g_table_patched;
 
 typedef struct {
     size_t images, phdrs, name_bytes, ranges;
-    unsigned long long adds, subs;
 } table_sizes;
 
 typedef struct {
@@ -73,18 +72,25 @@ static int has_counters(size_t size) {
     return size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(unsigned long long);
 }
 
+// Async-signal-safe (arithmetic). An executable PT_LOAD segment: code a stack may be in.
+static int is_code_segment(const ElfW(Phdr) *header) {
+    return header->p_type == PT_LOAD && (header->p_flags & PF_X);
+}
+
+// Async-signal-safe (reads of the program headers). The image's code segments.
+static size_t code_segments(const struct dl_phdr_info *info) {
+    size_t count = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) count += is_code_segment(&info->dlpi_phdr[i]);
+    return count;
+}
+
 static int measure_image(struct dl_phdr_info *info, size_t size, void *context) {
+    (void)size;
     table_sizes *sizes = context;
     sizes->images++;
     sizes->phdrs += info->dlpi_phnum;
     sizes->name_bytes += (info->dlpi_name ? strlen(info->dlpi_name) : 0) + 1;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        if (info->dlpi_phdr[i].p_type == PT_LOAD && (info->dlpi_phdr[i].p_flags & PF_X)) sizes->ranges++;
-    }
-    if (has_counters(size)) {
-        sizes->adds = info->dlpi_adds;
-        sizes->subs = info->dlpi_subs;
-    }
+    sizes->ranges += code_segments(info);
     return 0;
 }
 
@@ -92,10 +98,7 @@ static int copy_image(struct dl_phdr_info *info, size_t size, void *context) {
     table_fill *fill = context;
     image_table *table = fill->table;
     const size_t name_length = (info->dlpi_name ? strlen(info->dlpi_name) : 0) + 1;
-    size_t ranges = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        if (info->dlpi_phdr[i].p_type == PT_LOAD && (info->dlpi_phdr[i].p_flags & PF_X)) ranges++;
-    }
+    const size_t ranges = code_segments(info);
     // The list grew between measuring and copying: start again.
     if (table->image_count == fill->capacity.images || fill->phdrs_used + info->dlpi_phnum > fill->capacity.phdrs ||
         fill->names_used + name_length > fill->capacity.name_bytes ||
@@ -116,7 +119,7 @@ static int copy_image(struct dl_phdr_info *info, size_t size, void *context) {
     fill->names_used += name_length;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *header = &info->dlpi_phdr[i];
-        if (header->p_type != PT_LOAD || !(header->p_flags & PF_X)) continue;
+        if (!is_code_segment(header)) continue;
         table->ranges[table->range_count++] =
             (table_range){info->dlpi_addr + header->p_vaddr, info->dlpi_addr + header->p_vaddr + header->p_memsz};
     }
@@ -314,11 +317,6 @@ int cstallmon_table_range_of(uintptr_t address, uintptr_t *low_out, uintptr_t *h
     *low_out = table->ranges[low - 1].low;
     *high_out = table->ranges[low - 1].high;
     return 1;
-}
-
-int cstallmon_table_contains(uintptr_t address) {
-    uintptr_t low, high;
-    return cstallmon_table_range_of(address, &low, &high);
 }
 
 // Async-signal-safe inside our handler (reads of the table, and libunwind's callback); outside it, exactly

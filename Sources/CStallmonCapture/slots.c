@@ -29,9 +29,18 @@ int cstallmon_unwinder_uses_image_table(void) {
     return g_state.unwinder_uses_table && !atomic_load(&g_state.through_loader);
 }
 void cstallmon_set_unwind_through_loader(int enabled) { atomic_store(&g_state.through_loader, enabled != 0); }
-int cstallmon_image_table_contains(uintptr_t address) { return cstallmon_table_contains(address); }
+int cstallmon_image_table_contains(uintptr_t address) {
+    uintptr_t low, high;
+    return cstallmon_table_range_of(address, &low, &high);
+}
 
 // MARK: - Slots (NOT async-signal-safe)
+
+// Async-signal-safe (one syscall). True when thread `tid` of this process has exited: signal 0 only probes.
+// A thread that exits takes its pending signals with it, so no late handler can come for its slots.
+static int thread_is_gone(pid_t tid) {
+    return syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH;
+}
 
 int cstallmon_slot_acquire(pid_t tid) {
     int chosen = -1;
@@ -64,7 +73,7 @@ int cstallmon_slot_release(int index) {
     }
     // Otherwise a late handler is still owed this slot and frees it when it runs, unless the thread is gone:
     // its pending signal died with it, so nobody else will.
-    else if (syscall(SYS_tgkill, getpid(), atomic_load(&slot->tid), 0) != 0 && errno == ESRCH) {
+    else if (thread_is_gone(atomic_load(&slot->tid))) {
         finish_freeing(slot);
     } else {
         freed = 0;
@@ -80,8 +89,7 @@ int cstallmon_slot_reap(int index) {
     pthread_mutex_lock(&g_state.mutex);
     if (atomic_load(&slot->state) == SLOT_FREE) {
         free_now = 1;
-    } else if (atomic_load(&slot->retired) &&
-               syscall(SYS_tgkill, getpid(), atomic_load(&slot->tid), 0) != 0 && errno == ESRCH) {
+    } else if (atomic_load(&slot->retired) && thread_is_gone(atomic_load(&slot->tid))) {
         // Its thread is gone, and with it the signal the late handler was owed.
         const int32_t state = atomic_load(&slot->state);
         int32_t expected = state;
@@ -134,7 +142,7 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
     if (state == SLOT_ABANDONED || state == SLOT_ABANDONED_RUNNING) {
         // Never re-signal while a handler may still run. A thread that has exited took its pending signal with it,
         // and signal 0 only probes existence.
-        if (syscall(SYS_tgkill, getpid(), atomic_load(&slot->tid), 0) != 0 && errno == ESRCH) {
+        if (thread_is_gone(atomic_load(&slot->tid))) {
             result->status = CSTALLMON_CAPTURE_SIGNAL_FAILED;
             result->error_number = ESRCH;
             return;

@@ -306,31 +306,24 @@ struct CaptureCost {
         while slot.load(ordering: .acquiring) < 0 { usleep(1000) }
         usleep(20_000)  // let it reach the bottom
         let capturer = StackCapturerForBench(slot: slot.load(ordering: .acquiring))
-        var pauses: [Double] = []
-        var handlers: [Double] = []
-        var walls: [Double] = []
-        var depths: [Int] = []
-        for _ in 0..<(quick ? 200 : 1000) {
-            let sample = capturer.capture()
-            if sample.frames > 0 {
-                pauses.append(sample.pause)
-                handlers.append(sample.handler)
-                walls.append(sample.wall)
-                depths.append(sample.frames)
+        /// The successful captures of one run: pause, handler and watchdog wall time (µs), and frames.
+        func captures(throughLoader: Bool) -> (pauses: [Double], handlers: [Double], walls: [Double], depths: [Int]) {
+            cstallmon_set_unwind_through_loader(throughLoader ? 1 : 0)
+            defer { cstallmon_set_unwind_through_loader(0) }
+            var run: (pauses: [Double], handlers: [Double], walls: [Double], depths: [Int]) = ([], [], [], [])
+            for _ in 0..<(quick ? 200 : 1000) {
+                let sample = capturer.capture()
+                guard sample.frames > 0 else { continue }
+                run.pauses.append(sample.pause)
+                run.handlers.append(sample.handler)
+                run.walls.append(sample.wall)
+                run.depths.append(sample.frames)
             }
+            return run
         }
+        let (pauses, handlers, walls, depths) = captures(throughLoader: false)
         // The same captures unwinding through the loader (dl_iterate_phdr), as before the image table.
-        cstallmon_set_unwind_through_loader(1)
-        var loaderPauses: [Double] = []
-        var loaderHandlers: [Double] = []
-        for _ in 0..<(quick ? 200 : 1000) {
-            let sample = capturer.capture()
-            if sample.frames > 0 {
-                loaderPauses.append(sample.pause)
-                loaderHandlers.append(sample.handler)
-            }
-        }
-        cstallmon_set_unwind_through_loader(0)
+        let (loaderPauses, loaderHandlers, _, _) = captures(throughLoader: true)
         stop.set()
         cstallmon_slot_release(slot.load(ordering: .relaxed))
         let ourWall = Stats.median(walls)
@@ -497,35 +490,32 @@ struct WaitResolutionCost {
         holder.start()
         while holderTid.load(ordering: .acquiring) == 0 { usleep(1000) }
         usleep(20_000)
-        let sampler = HolderSampler(maxFrames: 128, timeout: .milliseconds(100), stacks: true)
-        var holderWall: [Double] = []
-        var holderPause: [Double] = []
-        var holderFrames = 0
-        for _ in 0..<(rounds / 4) {
-            var scratch = DescriptorResolver()
-            let start = nowNanoseconds()
-            let sample = sampler.sample(holderTid.load(ordering: .acquiring), descriptors: &scratch)
-            let wall = Double(nowNanoseconds() - start) / 1e3
-            guard sample.status == .ok else { continue }
-            holderWall.append(wall)
-            holderPause.append(Double(sample.pauseNanoseconds) / 1e3)
-            holderFrames = sample.frames.count
+        /// The successful samples of one run: the watchdog's wall time and the holder's pause (µs), and frames.
+        func holderSamples(throughLoader: Bool) -> (walls: [Double], pauses: [Double], frames: Int, statuses: String) {
+            cstallmon_set_unwind_through_loader(throughLoader ? 1 : 0)
+            defer { cstallmon_set_unwind_through_loader(0) }
+            let sampler = HolderSampler(maxFrames: 128, timeout: .milliseconds(100), stacks: true)
+            defer { sampler.endStall() }
+            var run: (walls: [Double], pauses: [Double], frames: Int) = ([], [], 0)
+            var statuses: [String: Int] = [:]
+            for _ in 0..<(rounds / 4) {
+                var scratch = DescriptorResolver()
+                let start = nowNanoseconds()
+                let sample = sampler.sample(holderTid.load(ordering: .acquiring), descriptors: &scratch)
+                let wall = Double(nowNanoseconds() - start) / 1e3
+                statuses[sample.status?.rawValue ?? "not signalled", default: 0] += 1
+                guard sample.status == .ok else { continue }
+                run.walls.append(wall)
+                run.pauses.append(Double(sample.pauseNanoseconds) / 1e3)
+                run.frames = sample.frames.count
+            }
+            let text = statuses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+            return (run.walls, run.pauses, run.frames, text)
         }
-        sampler.endStall()
+        let (holderWall, holderPause, holderFrames, _) = holderSamples(throughLoader: false)
         // The same through the loader, as before the image table: every frame of a thread without warm-up is
         // looked up, so this is where the table shows.
-        cstallmon_set_unwind_through_loader(1)
-        let loaderSampler = HolderSampler(maxFrames: 128, timeout: .milliseconds(100), stacks: true)
-        var loaderHolderPause: [Double] = []
-        var loaderStatuses: [String: Int] = [:]
-        for _ in 0..<(rounds / 4) {
-            var scratch = DescriptorResolver()
-            let sample = loaderSampler.sample(holderTid.load(ordering: .acquiring), descriptors: &scratch)
-            if sample.status == .ok { loaderHolderPause.append(Double(sample.pauseNanoseconds) / 1e3) }
-            loaderStatuses[sample.status.map(\.rawValue) ?? "not signalled \(sample.state.map { String($0) } ?? "-")", default: 0] += 1
-        }
-        loaderSampler.endStall()
-        cstallmon_set_unwind_through_loader(0)
+        let (_, loaderHolderPause, _, loaderStatuses) = holderSamples(throughLoader: true)
         stop.set()
         print("  (a socket read: \(seen[0] ?? "not resolved"); a lock: \(seen[1] ?? "not resolved"); "
               + "the holder's stack: \(holderFrames) frames in \(holderWall.count) of \(rounds / 4) samples)")
@@ -547,8 +537,7 @@ struct WaitResolutionCost {
         results.add(Figure(section: "capture", name: "    through the loader (before), median",
                            value: Stats.median(loaderHolderPause), unit: "us",
                            note: String(format: "p99 %.1f us; ", Stats.percentile(loaderHolderPause, 0.99))
-                               + loaderStatuses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
-                               .joined(separator: ", ")))
+                               + loaderStatuses))
     }
 }
 

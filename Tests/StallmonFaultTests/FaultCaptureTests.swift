@@ -22,6 +22,15 @@ struct CaptureTally: CustomStringConvertible {
 
     subscript(status: CaptureStatus) -> Int { counts[status, default: 0] }
 
+    /// Counts one capture that returned `sample` after `elapsed` ns.
+    mutating func record(_ sample: RawSample, elapsed: UInt64) {
+        calls += 1
+        counts[sample.status, default: 0] += 1
+        slowestNanoseconds = max(slowestNanoseconds, elapsed)
+        totalNanoseconds += elapsed
+        if sample.status == .ok && sample.frames.isEmpty { okWithoutFrames += 1 }
+    }
+
     /// Statuses that must never happen to a live thread that does not block the signal.
     var unexpected: Int { calls - self[.ok] - self[.timedOut] - self[.pending] - self[.inLoader] }
 
@@ -59,11 +68,7 @@ extension FaultTests {
                 let start = faultNow()
                 let sample = capturer.capture(labelID: 0)
                 let elapsed = faultNow() - start
-                tally.calls += 1
-                tally.counts[sample.status, default: 0] += 1
-                tally.slowestNanoseconds = max(tally.slowestNanoseconds, elapsed)
-                tally.totalNanoseconds += elapsed
-                if sample.status == .ok && sample.frames.isEmpty { tally.okWithoutFrames += 1 }
+                tally.record(sample, elapsed: elapsed)
                 #expect(elapsed <= bound, "\(context): capture \(index) took \(Double(elapsed) / 1e6) ms")
                 if elapsed > bound * 4 { break }  // something is badly wrong; do not spend minutes proving it
                 // Let the target run between captures; after a timeout, give the late handler time to drain the

@@ -46,7 +46,6 @@ extension FaultTests {
                 faultHoldTheLockAndCompute(shared.mutex)
             }
             let loaderWaiter = FaultThread(name: "fault-loader-waiter", unblocking: nil) { _ in
-                typealias Callback = @convention(c) (OpaquePointer?, Int, UnsafeMutableRawPointer?) -> Int32
                 // Inside the callback this thread holds the loader's list lock, and waits for the holder's lock.
                 _ = faultIteratePhdr({ _, _, context in
                     let lock = context!.assumingMemoryBound(to: pthread_mutex_t.self)
@@ -74,11 +73,7 @@ extension FaultTests {
             for _ in 0..<300 {
                 let start = faultNow()
                 let sample = capturer.capture(labelID: 0)
-                let elapsed = faultNow() - start
-                tally.calls += 1
-                tally.counts[sample.status, default: 0] += 1
-                tally.slowestNanoseconds = max(tally.slowestNanoseconds, elapsed)
-                tally.totalNanoseconds += elapsed
+                tally.record(sample, elapsed: faultNow() - start)
                 if sample.status == .ok, sample.frames.enumerated().contains(where: {
                     symbolicator.symbolize($1, isReturnAddress: $0 > 0).symbol?
                         .contains("faultHoldTheLockAndCompute") == true

@@ -37,13 +37,25 @@ struct UploaderTests {
         #expect(resource["host.name"] == .object(["stringValue": .string("host-a")]))
     }
 
+    /// Spools `report`, uploads it as OTLP to a receiver decoding with the official opentelemetry-proto, and
+    /// returns its one log record's attributes.
+    private func deliverOTLPRecord(_ report: StallReport) throws -> [String: AnyJSON] {
+        let receiver = try Receiver()
+        let directory = makeTemporaryDirectory()
+        let path = directory + "/stall-20261122T010203.456Z-\(report.id.prefix(8)).json"
+        try AtomicFile.write(Array(try JSONEncoder().encode(report)), to: path)
+        try Spool(reportDirectory: directory).enqueue(reportPath: path)
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory),
+                                    configuration: testUploadConfiguration(receiver.baseURL), logger: Logger(label: "t"))
+        #expect(uploader.flush(deadline: .seconds(10)).delivered == 1)
+        return try #require(receiver.requests.first?.records?.first)
+    }
+
     /// A collector can group and explain stalls as `stallmon report` does: the record carries the hottest stack (not
     /// the most common exact one), the signature, the class, the thread's CPU figures and what it waited on in most
     /// samples. Decoded with the official
     /// opentelemetry-proto.
     @Test func otlpRecordsCarrySignatureClassAndTheHottestStack() throws {
-        let receiver = try Receiver()
-        let directory = makeTemporaryDirectory()
         var report = sampleReport(durationMs: 321)
         report.signature = "0123456789abcdef"
         report.stallClass = .blocked
@@ -53,13 +65,7 @@ struct UploaderTests {
         report.waitingOn = [.init(kind: "socket", syscall: "read", target: "TCP 127.0.0.1:39514 → 10.0.0.5:5432",
                                   samples: 2),
                             .init(kind: "lock", syscall: "futex", samples: 1)]
-        let path = directory + "/stall-20261122T010203.456Z-\(report.id.prefix(8)).json"
-        try AtomicFile.write(Array(try JSONEncoder().encode(report)), to: path)
-        try Spool(reportDirectory: directory).enqueue(reportPath: path)
-        let uploader = try Uploader(spool: Spool(reportDirectory: directory),
-                                    configuration: testUploadConfiguration(receiver.baseURL), logger: Logger(label: "t"))
-        #expect(uploader.flush(deadline: .seconds(10)).delivered == 1)
-        let record = try #require(receiver.requests.first?.records?.first)
+        let record = try deliverOTLPRecord(report)
         #expect(record["stallmon.stall.signature"] == .object(["stringValue": .string("0123456789abcdef")]))
         #expect(record["stallmon.stall.class"] == .object(["stringValue": .string("blocked")]))
         #expect(record["stallmon.thread.cpu_ms"] == .object(["doubleValue": .number(12.5)]))
@@ -73,21 +79,13 @@ struct UploaderTests {
 
     /// A lock stall tells the collector who held the lock, what it ran (its hottest stack) and what it waited on.
     @Test func otlpRecordsNameTheLockHolderAndWhatItRan() throws {
-        let receiver = try Receiver()
-        let directory = makeTemporaryDirectory()
         var report = sampleReport(durationMs: 222)
         report.waitingOn = [.init(kind: "lock", syscall: "futex", target: "pthread mutex 0x10 held by thread 7 \"w\"",
                                   holderThread: 7, holderName: "db-writer", samples: 3,
                                   holderStack: HottestStack(frames: [1], samples: 2, of: 2),
                                   holderTopFrame: .init(symbol: "App.Ledger.flush()"),
                                   holderWaiting: "fsync /var/lib/ledger.db")]
-        let path = directory + "/stall-20261122T010203.456Z-\(report.id.prefix(8)).json"
-        try AtomicFile.write(Array(try JSONEncoder().encode(report)), to: path)
-        try Spool(reportDirectory: directory).enqueue(reportPath: path)
-        let uploader = try Uploader(spool: Spool(reportDirectory: directory),
-                                    configuration: testUploadConfiguration(receiver.baseURL), logger: Logger(label: "t"))
-        #expect(uploader.flush(deadline: .seconds(10)).delivered == 1)
-        let record = try #require(receiver.requests.first?.records?.first)
+        let record = try deliverOTLPRecord(report)
         #expect(record["stallmon.wait.holder.thread"] == .object(["intValue": .string("7")]))
         #expect(record["stallmon.wait.holder.thread_name"] == .object(["stringValue": .string("db-writer")]))
         #expect(record["stallmon.wait.holder.function"] == .object(["stringValue": .string("App.Ledger.flush()")]))

@@ -22,6 +22,8 @@ struct ReportBuilder {
         var samples: [StallReport.Sample] = []
         /// What the thread was blocked on, per target: samples and first sample (for a stable order).
         var waits: [WaitTarget: (count: Int, first: Int)] = [:]
+        /// Each sample's wait, when it counts (not taken after the iteration's end).
+        var sampleWaits: [WaitTarget?] = []
         var topCounts: [String: (count: Int, first: Int, summary: StallReport.FrameSummary)] = [:]
         var pauses: [UInt64] = []
 
@@ -79,6 +81,7 @@ struct ReportBuilder {
                 label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name,
                 state: sample.threadState.map { String($0) }, idle: idle ? true : nil)
             if sample.unknownImage { built.unknownImage = true }
+            sampleWaits.append(afterEnd ? nil : sample.wait)
             if let wait = sample.wait, !afterEnd {
                 let order = waits.count
                 waits[wait, default: (0, order)].count += 1
@@ -123,10 +126,8 @@ struct ReportBuilder {
             let ordered = waits.sorted { ($0.value.count, -$0.value.first) > ($1.value.count, -$1.value.first) }
                 .map(\.key)
             let position = Dictionary(uniqueKeysWithValues: ordered.enumerated().map { ($1, $0) })
-            for (index, sample) in snapshot.samples.enumerated() {
-                if let wait = sample.wait, !Self.capturedAfterEnd(sample, snapshot) {
-                    report.samples[index].waiting = position[wait]
-                }
+            for (index, wait) in sampleWaits.enumerated() {
+                report.samples[index].waiting = wait.flatMap { position[$0] }
             }
             report.waitingOn = ordered.enumerated().map { index, wait in
                 var entry = StallReport.WaitingOn(kind: wait.kind, syscall: wait.syscall, target: wait.target,

@@ -48,13 +48,10 @@ package final class HolderSampler {
 
     /// Looks at holder `tid` once: its state, its own wait, and its stack when it may be signalled.
     package func sample(_ tid: Int32, descriptors: inout DescriptorResolver) -> HolderSample {
-        guard let state = ThreadStats.state(tid: tid) else { return HolderSample(tid: tid, state: nil) }
-        var sample = HolderSample(tid: tid, state: state)
-        var signallable = state == "R"
-        if state == "S" || state == "D", let call = SystemCall.current(tid: tid) {
-            sample.waiting = WaitTarget.of(call, waiter: tid) { descriptors.resolve($0) }.summary
-            signallable = state == "S" && call.restartsAfterSignal
-        }
+        let (state, call, wait) = WaitTarget.current(of: tid, descriptors: &descriptors)
+        var sample = HolderSample(tid: tid, state: state, waiting: wait?.summary)
+        // Asleep in a call it could not be told from (nil: /proc could not say): not signalled.
+        let signallable = state == "R" || (state == "S" && call?.restartsAfterSignal == true)
         if stacks && signallable, let capturer = capturer(for: tid) {
             let capture = capturer.capture(labelID: 0)
             sample.status = capture.status

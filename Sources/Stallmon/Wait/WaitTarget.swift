@@ -19,6 +19,17 @@ package struct WaitTarget: Hashable, Sendable {
         return target.hasPrefix(syscall + " ") ? target : "\(syscall) \(target)"
     }
 
+    /// What thread `tid` is doing, as /proc says now: its state letter (nil once it has exited) and, while it sleeps
+    /// in a system call (S or D), that call (nil when /proc/self/task/TID/syscall cannot be read) and what it waits
+    /// on. Watchdog thread only.
+    static func current(of tid: Int32, descriptors: inout DescriptorResolver)
+        -> (state: Character?, call: SystemCall?, target: WaitTarget?)
+    {
+        let state = ThreadStats.state(tid: tid)
+        guard state == "S" || state == "D", let call = SystemCall.current(tid: tid) else { return (state, nil, nil) }
+        return (state, call, WaitTarget.of(call, waiter: tid) { descriptors.resolve($0) })
+    }
+
     /// Classifies `call` of thread `waiter`, resolving its descriptor with `resolve` (fd → kind and description)
     /// and a futex's holder with `holder`.
     package static func of(_ call: SystemCall, waiter: Int32, resolve: (Int32) -> (kind: String, target: String)?,

@@ -274,20 +274,10 @@ final class Watchdog: Sendable {
     private func takeSample(_ capturer: StackCapturer, tid: Int32, descriptors: inout DescriptorResolver,
                             holders: HolderSampler) -> RawSample {
         // Before the signal: in the handler the thread is always R, and no longer in its system call.
-        let state = ThreadStats.state(tid: tid)
-        var wait: WaitTarget?
-        var holder: HolderSample?
-        if state == "S" || state == "D" {
-            if let call = SystemCall.current(tid: tid) {
-                wait = WaitTarget.of(call, waiter: tid) { descriptors.resolve($0) }
-                // The holder before the loop's own capture: the loop still waits, so the lock is still held.
-                if let holderThread = wait?.holderThread {
-                    holder = holders.sample(holderThread, descriptors: &descriptors)
-                }
-            } else {
-                Self.reportProcDenied(tid: tid, logger: logger)
-            }
-        }
+        let (state, call, wait) = WaitTarget.current(of: tid, descriptors: &descriptors)
+        if (state == "S" || state == "D") && call == nil { Self.reportProcDenied(tid: tid, logger: logger) }
+        // The holder before the loop's own capture: the loop still waits, so the lock is still held.
+        let holder = wait?.holderThread.map { holders.sample($0, descriptors: &descriptors) }
         var sample = capturer.capture(labelID: currentLabel())
         sample.threadState = state
         sample.wait = wait
