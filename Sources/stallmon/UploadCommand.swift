@@ -62,6 +62,13 @@ struct UploadCommand: ParsableCommand {
         if let format { configuration.upload.format = UploadFormat(rawValue: format.lowercased())! }
         var logger = Logger(label: "stallmon.upload")
         logger.logLevel = .info
+        do {
+            // Before anything in it is read, locked or sent: a directory another user could steer is refused.
+            try DirectoryTrust.verifyIfPresent(configuration.reportDirectory)
+        } catch {
+            warn("\(error)")
+            throw ExitCode(1)
+        }
         let uploader: Uploader
         do {
             try configuration.upload.validate()

@@ -29,7 +29,7 @@ struct ConfigurationTests {
         ("signal = SIGRTMIN+99", "SIGRTMIN+99"),
         ("max_frames = 1000", "max_frames"),
         ("threshold_ms = fast", "fast"),
-        ("treshold_ms = 100", "unknown config key `treshold_ms`"),
+        ("treshold_ms = 100", "unknown config key (the line is not shown: it may hold a secret); did you mean `threshold_ms`?"),
         ("threshold_ms 100", "expected `key = value`"),
         ("lock_holder_stacks = maybe", "maybe"),
     ])

@@ -56,28 +56,109 @@ extension StallMonitorConfiguration {
         return configuration
     }
 
-    /// `key = value` lines; `#` starts a comment; blank lines are ignored. Returns (key, value, line number).
+    /// `key = value` lines. Returns (key, value, line number).
+    ///
+    /// - Blank lines and lines whose first non-blank character is `#` are ignored.
+    /// - An unquoted value runs to the end of the line; `#` after whitespace starts a comment, so `ab#cd` is a
+    ///   value and `100  # ms` is `100`. Surrounding whitespace is dropped.
+    /// - A value in double quotes is taken as written: `#` and spaces are part of it, `\"` is a quote and `\\` a
+    ///   backslash; only whitespace and a comment may follow the closing quote.
+    /// - Errors never show a line that could hold a secret: not a line without `=`, not an unknown key (a token
+    ///   typed on a line of its own, `=` padding and all), not the value of a secret key.
     static func parse(_ text: String, source: String) throws(ConfigurationError) -> [(String, String, Int)] {
         var entries: [(String, String, Int)] = []
         for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            var line = Substring(rawLine)
-            if let hash = line.firstIndex(of: "#") { line = line[..<hash] }
-            let content = String(line).trimmingWhitespace()
-            if content.isEmpty { continue }
+            let location = "\(source):\(index + 1)"
+            let content = String(rawLine).trimmingWhitespace()
+            if content.isEmpty || content.hasPrefix("#") { continue }
             guard let equals = content.firstIndex(of: "=") else {
-                throw ConfigurationError("\(source):\(index + 1): expected `key = value`, found "
-                    + Self.describeForError(content))
+                throw ConfigurationError("\(location): expected `key = value`, found " + Self.describeForError(content))
             }
             let key = String(content[..<equals]).trimmingWhitespace()
-            var value = String(content[content.index(after: equals)...]).trimmingWhitespace()
-            if value.count >= 2, value.first == "\"", value.last == "\"" { value = String(value.dropFirst().dropLast()) }
             guard keys.contains(key) else {
-                throw ConfigurationError("\(source):\(index + 1): unknown config key `\(key)` (known: "
-                    + keys.joined(separator: ", ") + ")")
+                throw ConfigurationError("\(location): unknown config key (the line is not shown: it may hold a secret)"
+                    + (Self.nearestKey(to: key).map { "; did you mean `\($0)`?" } ?? ".")
+                    + " Known keys: " + keys.joined(separator: ", "))
+            }
+            let value: String
+            do throws(ValueSyntaxError) {
+                value = try Self.parseValue(content[content.index(after: equals)...])
+            } catch {
+                throw ConfigurationError("\(location): \(key): \(error.reason)"
+                    + (secretKeys.contains(key) ? " (the value is not shown: it is a secret)" : ""))
             }
             entries.append((key, value, index + 1))
         }
         return entries
+    }
+
+    private struct ValueSyntaxError: Error {
+        let reason: String
+    }
+
+    /// The value after `=` (see `parse`).
+    private static func parseValue(_ text: Substring) throws(ValueSyntaxError) -> String {
+        var rest = text.drop { $0 == " " || $0 == "\t" }
+        guard rest.first == "\"" else {
+            var end = rest.endIndex
+            var previous: Character = " "
+            for index in rest.indices {
+                if rest[index] == "#" && previous.isWhitespace {
+                    end = index
+                    break
+                }
+                previous = rest[index]
+            }
+            return String(rest[..<end]).trimmingWhitespace()
+        }
+        rest.removeFirst()
+        var value = ""
+        var closed = false
+        while let character = rest.popFirst() {
+            if character == "\"" {
+                closed = true
+                break
+            }
+            if character == "\\" {
+                guard let escaped = rest.popFirst(), escaped == "\"" || escaped == "\\" else {
+                    throw ValueSyntaxError(reason: "in a quoted value, a backslash must be followed by \" or \\")
+                }
+                value.append(escaped)
+            } else {
+                value.append(character)
+            }
+        }
+        guard closed else { throw ValueSyntaxError(reason: "the quoted value has no closing quote") }
+        let trailing = String(rest).trimmingWhitespace()
+        guard trailing.isEmpty || trailing.hasPrefix("#") else {
+            throw ValueSyntaxError(reason: "only a comment may follow the closing quote")
+        }
+        return value
+    }
+
+    /// The known key closest to a misspelt `key` (at most 3 edits), to suggest without echoing what was typed.
+    static func nearestKey(to key: String) -> String? {
+        let typed = Array(key.lowercased().utf8)
+        guard !typed.isEmpty, typed.count <= 64 else { return nil }
+        var best: (key: String, distance: Int)?
+        for candidate in keys {
+            let distance = editDistance(typed, Array(candidate.utf8))
+            if distance <= 3 && distance < (best?.distance ?? .max) { best = (candidate, distance) }
+        }
+        return best?.key
+    }
+
+    private static func editDistance(_ a: [UInt8], _ b: [UInt8]) -> Int {
+        var previous = Array(0...b.count)
+        for i in 1...a.count {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in stride(from: 1, through: b.count, by: 1) {
+                current[j] = Swift.min(previous[j] + 1, current[j - 1] + 1,
+                                       previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
     }
 
     /// Keys whose values are secrets: never shown in an error.
@@ -161,7 +242,7 @@ extension StallMonitorConfiguration {
                     + "(the value is not shown)")
             }
             upload.token = value.isEmpty ? nil : value
-        case "upload_token_file": upload.tokenFile = value.isEmpty ? nil : value
+        case "upload_token_file": upload.tokenFile = value.isEmpty ? nil : value  // errors show it only if a path
         case "upload_headers": upload.headers = try UploadConfiguration.parseHeaders(value)
         case "service_name": upload.serviceName = value.isEmpty ? nil : value
         case "upload_batch_max_reports": upload.batchMaxReports = try integer()

@@ -110,7 +110,7 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
         if let first = stateDirectory?.split(separator: ":").first, first.hasPrefix("/") {
             return (first.hasSuffix("/") ? String(first.dropLast()) : String(first)) + "/stallmon"
         }
-        return "/var/tmp/stallmon-\(getuid())"
+        return "/var/tmp/stallmon-\(geteuid())"
     }
 
     /// The event log path in effect: `eventLogPath`, or `events.jsonl` in the report directory.

@@ -85,8 +85,11 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
             throw ConfigurationError("invalid spool quota: spool_max_reports >= 1, spool_max_bytes >= 1024, "
                 + "spool_max_age_hours > 0")
         }
-        for header in headers where header.name.isEmpty || header.name.contains(where: { $0 == ":" || $0.isWhitespace }) {
-            throw .invalid(key: "upload_headers", value: header.name, reason: "not a valid header name")
+        for (index, header) in headers.enumerated()
+        where header.name.isEmpty || header.name.contains(where: { $0 == ":" || $0.isWhitespace }) {
+            // Not shown: `Bearer abc: …` would be a secret typed without its header name.
+            throw .invalid(key: "upload_headers", value: "<entry \(index + 1)>",
+                           reason: "not a valid header name (the entry is not shown)")
         }
         for header in headers where !Self.isValidFieldValue(header.value) {
             throw ConfigurationError("invalid upload_headers: the value of \(header.name) contains a control character "
@@ -133,13 +136,15 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
             return token
         }
         guard let tokenFile, !tokenFile.isEmpty else { return nil }
+        // The path is shown only when it looks like one: a token pasted here by mistake must not be echoed.
+        let shown = tokenFile.contains("/") ? tokenFile : "(the value is not shown: it is no path, it may be a token)"
         guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else {
-            throw ConfigurationError("cannot read upload_token_file \(tokenFile)")
+            throw ConfigurationError("cannot read upload_token_file \(shown)")
         }
         let trimmed = text.trimmingWhitespace()
-        guard !trimmed.isEmpty else { throw ConfigurationError("upload_token_file \(tokenFile) is empty") }
+        guard !trimmed.isEmpty else { throw ConfigurationError("upload_token_file \(shown) is empty") }
         guard Self.isValidFieldValue(trimmed) else {
-            throw ConfigurationError("upload_token_file \(tokenFile): the token contains a control character or a "
+            throw ConfigurationError("upload_token_file \(shown): the token contains a control character or a "
                 + "newline (the value is not shown)")
         }
         return trimmed

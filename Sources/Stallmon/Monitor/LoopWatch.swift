@@ -76,6 +76,14 @@ package final class LoopWatch: Sendable {
         } catch {
             throw StallMonitorError(description: error.description)
         }
+        // An existing directory another user could steer is refused now, before anything starts; one created later
+        // is checked again before every write.
+        do {
+            try DirectoryTrust.verifyIfPresent(configuration.reportDirectory)
+            try DirectoryTrust.verifyIfPresent(AtomicFile.parentDirectory(of: configuration.resolvedEventLogPath))
+        } catch {
+            throw StallMonitorError(description: "stallmon: \(error)")
+        }
         if configuration.upload.spoolEnabled && !sinks.contains(where: \.handlesUploadConfiguration) {
             throw StallMonitorError(description: "the configuration asks for "
                 + (configuration.upload.endpoint != nil ? "upload (upload_endpoint)" : "spooling (spool = on)")

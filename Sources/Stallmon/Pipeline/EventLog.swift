@@ -78,14 +78,39 @@ final class EventLog {
     private func isStillAtPath() -> Bool {
         var onDisk = stat()
         var open = stat()
-        return stat(path, &onDisk) == 0 && fstat(fd, &open) == 0 && onDisk.st_ino == open.st_ino
+        return lstat(path, &onDisk) == 0 && fstat(fd, &open) == 0 && onDisk.st_ino == open.st_ino
             && onDisk.st_dev == open.st_dev
     }
 
     private func open() throws(FileError) {
         try AtomicFile.createDirectory(AtomicFile.parentDirectory(of: path))
-        fd = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw .last("open", path) }
+        // O_NOFOLLOW and O_NONBLOCK: a symbolic link or a FIFO where the log should be is refused, never followed
+        // or waited on (the directory is checked too, see `DirectoryTrust`; this is the second line of defence).
+        fd = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            if errno == ELOOP {
+                throw FileError(path: path, operation: "refusing event log", errorNumber: ELOOP,
+                                detail: "it is a symbolic link, which is never followed")
+            }
+            throw .last("open", path)
+        }
+        var info = stat()
+        let refusal: String? = if fstat(fd, &info) != 0 {
+            "cannot stat it"
+        } else if info.st_mode & S_IFMT != S_IFREG {
+            "it is not a regular file"
+        } else if info.st_uid != geteuid() {
+            "it is owned by \(DirectoryTrust.user(info.st_uid)), not by this process's user"
+        } else if info.st_nlink > 1 {
+            "it has \(info.st_nlink) hard links; another name of the same file could be anyone's"
+        } else {
+            nil
+        }
+        if let refusal {
+            close(fd)
+            fd = -1
+            throw FileError(path: path, operation: "refusing event log", errorNumber: EPERM, detail: refusal)
+        }
     }
 
     private func currentSize() throws(FileError) -> Int {

@@ -15,15 +15,18 @@ public struct FileError: Error, CustomStringConvertible, Sendable {
     public let path: String
     public let operation: String
     public let errorNumber: Int32
+    /// Why, when the system's reason for `errorNumber` would not say it (a directory refused as untrusted).
+    public let detail: String?
 
-    package init(path: String, operation: String, errorNumber: Int32) {
+    package init(path: String, operation: String, errorNumber: Int32, detail: String? = nil) {
         self.path = path
         self.operation = operation
         self.errorNumber = errorNumber
+        self.detail = detail
     }
 
     public var description: String {
-        "\(operation) \(path): \(String(cString: strerror(errorNumber)))"
+        "\(operation) \(path): \(detail ?? String(cString: strerror(errorNumber)))"
     }
 
     package static func last(_ operation: String, _ path: String) -> FileError {
@@ -42,7 +45,7 @@ public enum AtomicFile {
         let directory = parentDirectory(of: path)
         let name = path.split(separator: "/").last.map(String.init) ?? path
         let temporary = directory + "/.tmp-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
         guard fd >= 0 else { throw .last("create", temporary) }
         var failure: FileError?
         do throws(FileError) {
@@ -90,18 +93,22 @@ public enum AtomicFile {
         }
     }
 
-    /// Creates `path` and missing parents with `mode` (0700), each made durable (its parent fsynced). Existing
-    /// directories are left as they are.
+    /// Creates `path` and missing parents with `mode` (0700), each made durable (its parent fsynced), then checks
+    /// that `path` can be trusted (`DirectoryTrust.verify`): a directory that already exists is used only if it is
+    /// this process's own, not a symbolic link, and writable by nobody else, under parents nobody else can change.
     public static func createDirectory(_ path: String, mode: mode_t = 0o700) throws(FileError) {
-        var isDirectory = stat()
-        if stat(path, &isDirectory) == 0 {
-            guard (isDirectory.st_mode & S_IFMT) == S_IFDIR else {
-                throw FileError(path: path, operation: "use as directory", errorNumber: ENOTDIR)
-            }
-            return
-        }
+        try createMissingDirectories(path, mode: mode)
+        try DirectoryTrust.verify(path)
+    }
+
+    private static func createMissingDirectories(_ path: String, mode: mode_t) throws(FileError) {
+        var existing = stat()
+        if lstat(path, &existing) == 0 { return }  // whatever it is, `DirectoryTrust.verify` judges it
         let parent = parentDirectory(of: path)
-        if parent != path && parent != "." && parent != "/" { try createDirectory(parent, mode: mode) }
+        if parent != path && parent != "." && parent != "/" {
+            var parentInfo = stat()
+            if stat(parent, &parentInfo) != 0 { try createMissingDirectories(parent, mode: mode) }
+        }
         if mkdir(path, mode) != 0 {
             if errno == EEXIST { return }
             throw .last("mkdir", path)

@@ -18,6 +18,12 @@ public enum ReportReader {
         try decode(try contents(of: path), path: path)
     }
 
+    /// Like `read`, but a symbolic link is refused rather than followed: for files another process placed, whose
+    /// contents leave the host (the upload spool).
+    package static func readWithoutFollowingLinks(_ path: String) throws(ReportReadError) -> StallReport {
+        try decode(try contents(of: path, followingLinks: false), path: path)
+    }
+
     /// Reads what a summary needs of one report file (see `decodeDigest`).
     public static func readDigest(_ path: String) throws(ReportReadError) -> StallDigest {
         try decodeDigest(try contents(of: path), path: path)
@@ -28,13 +34,15 @@ public enum ReportReader {
 
     /// The bytes of a regular file, with the reason when there are none: missing, a directory, not a regular file
     /// (a FIFO or a device would block or never end), unreadable (with the system's reason), or too large.
-    static func contents(of path: String) throws(ReportReadError) -> Data {
+    static func contents(of path: String, followingLinks: Bool = true) throws(ReportReadError) -> Data {
         // O_NONBLOCK: opening a FIFO with no writer must not hang; it is refused below as not a regular file.
-        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (followingLinks ? 0 : O_NOFOLLOW))
         guard fd >= 0 else {
             let error = errno
             switch error {
             case ENOENT: throw ReportReadError(path: path, reason: "no such file")
+            case ELOOP where !followingLinks:
+                throw ReportReadError(path: path, reason: "is a symbolic link, which is never followed here")
             case EACCES, EPERM: throw ReportReadError(path: path, reason: "cannot be read: permission denied")
             default: throw ReportReadError(path: path, reason: "cannot be read: \(String(cString: strerror(error)))")
             }
@@ -210,8 +218,10 @@ public enum ReportReader {
 
 extension ReportReader {
     /// Reads the report files at `paths` on all cores; results in the order of `paths`.
-    package static func readAll(_ paths: [String]) -> [Result<StallReport, ReportReadError>] {
-        readInParallel(paths, chunk: 4) { path throws(ReportReadError) in try read(path) }
+    package static func readAll(_ paths: [String], followingLinks: Bool = true) -> [Result<StallReport, ReportReadError>] {
+        readInParallel(paths, chunk: 4) { path throws(ReportReadError) in
+            followingLinks ? try read(path) : try readWithoutFollowingLinks(path)
+        }
     }
 
     /// `read` over `paths` on all cores, `chunk` paths per work item; results in the order of `paths`.

@@ -225,7 +225,7 @@ public final class Uploader: Sendable {
         var reports: [StallReport] = []
         var sendable: [SpoolEntry] = []
         // Decoding is most of a batch's CPU time; it runs on all cores (Dispatch's pool, a burst per batch).
-        for (entry, outcome) in zip(batch, ReportReader.readAll(batch.map { spool.path(of: $0) })) {
+        for (entry, outcome) in zip(batch, ReportReader.readAll(batch.map { spool.path(of: $0) }, followingLinks: false)) {
             switch outcome {
             case .success(let report):
                 reports.append(report)

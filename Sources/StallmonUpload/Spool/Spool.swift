@@ -86,8 +86,11 @@ public struct Spool: Sendable {
     /// cannot be created or opened (read-only, say) gets a lock that coordinates nothing, rather than no uploads.
     func tryLockForSending() -> SendingLock? {
         let path = directory + "/.lock"
-        var fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        if fd < 0 { fd = open(path, O_RDONLY | O_CLOEXEC) }
+        // In a directory another user could steer, no lock file is opened (or created through a planted link);
+        // listing the entries then fails with the reason.
+        guard (try? DirectoryTrust.verify(directory)) != nil else { return SendingLock(fd: -1) }
+        var fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+        if fd < 0 && errno != ELOOP { fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         if fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 {
             close(fd)
             return nil  // another uploader is sending
@@ -107,6 +110,11 @@ public struct Spool: Sendable {
     /// Pending entries, oldest first. Temporary files of an interrupted enqueue or removal, once older than a minute,
     /// are removed.
     public func pending() throws(FileError) -> [SpoolEntry] {
+        // Entries are read and sent off the host: a directory another user could fill (with a link to a secret
+        // file, say) is refused before anything in it is read.
+        var info = stat()
+        if lstat(pendingDirectory, &info) != 0 && errno == ENOENT { return [] }
+        try DirectoryTrust.verify(pendingDirectory)
         let names: [String]
         do {
             names = try FileManager.default.contentsOfDirectory(atPath: pendingDirectory)
@@ -118,13 +126,13 @@ public struct Spool: Sendable {
         for name in names {
             let path = "\(pendingDirectory)/\(name)"
             var info = stat()
-            guard stat(path, &info) == 0 else { continue }
+            guard lstat(path, &info) == 0 else { continue }
             if name.hasPrefix(".tmp-") {
                 // Never one that a live enqueue is between link and rename on: only old leftovers go.
                 if AtomicFile.isAbandonedTemporary(name, info) { _ = unlink(path) }
                 continue
             }
-            guard name.hasSuffix(".json") else { continue }
+            guard name.hasSuffix(".json"), info.st_mode & S_IFMT == S_IFREG else { continue }  // never a link
             entries.append(SpoolEntry(name: name, bytes: Int(info.st_size), spooledAt: info.modifiedNanoseconds,
                                       identity: FileIdentity(info)))
         }

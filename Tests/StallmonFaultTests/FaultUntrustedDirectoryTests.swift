@@ -1,0 +1,228 @@
+import Foundation
+import InMemoryLogging
+import Logging
+@testable import Stallmon
+import StallmonLoop
+import StallmonReport
+import StallmonTestSupport
+@testable import StallmonUpload
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Another local user must not steer where a service writes: a report directory (default or configured) planted by
+/// someone else, with a symbolic link where the event log or the spool's lock file will go, is refused with an
+/// error naming the path and its owner, and the link's target is never touched. These need root (to plant files as
+/// a second user); unprivileged runs skip them with a printed reason.
+@Suite(.serialized) struct FaultUntrustedDirectoryTests {
+    /// The second user: `nobody` on Debian.
+    static let otherUser: uid_t = 65534
+
+    static var skipReason: String? {
+        geteuid() == 0 ? nil : "not root: planting files as a second user needs root (chown)"
+    }
+
+    /// A root-owned file with known contents, in a root-only directory, that a planted link points at.
+    static func makeVictim(in directory: String, owner: uid_t = 0) throws -> (path: String, contents: String) {
+        let path = directory + "/victim"
+        let contents = "victim file: must never change\n"
+        try contents.write(toFile: path, atomically: false, encoding: .utf8)
+        chown(path, owner, gid_t(owner))
+        return (path, contents)
+    }
+
+    /// What another user can do in a shared directory: create the report directory first, world-writable.
+    static func plant(_ directory: String, links: [String: String]) throws {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        for (name, target) in links {
+            let parent = AtomicFile.parentDirectory(of: directory + "/" + name)
+            try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
+            try FileManager.default.createSymbolicLink(atPath: directory + "/" + name, withDestinationPath: target)
+            lchown(directory + "/" + name, otherUser, gid_t(otherUser))
+            if parent != directory { chown(parent, otherUser, gid_t(otherUser)); chmod(parent, 0o777) }
+        }
+        chown(directory, otherUser, gid_t(otherUser))
+        chmod(directory, 0o777)
+    }
+
+    @Test func demoRefusesAConfiguredDirectoryPlantedByAnotherUser() async throws {
+        if let reason = Self.skipReason { print("skipped: \(reason)"); return }
+        let root = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        chmod(root, 0o755)
+        let victim = try Self.makeVictim(in: root)
+        let reports = root + "/reports"
+        try Self.plant(reports, links: ["events.jsonl": victim.path])
+        let executable = try StallmonExecutable.url().path
+        let output = root + "/demo.out"
+        let status = try await offThePool {
+            ChildProcess.run(executable, ["demo", "--seconds", "3", "--report-dir", reports],
+                             timeout: .seconds(60), outputPath: output)
+        }
+        let printed = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        #expect(status == 1, "exit status \(String(describing: status)): \(printed)")
+        #expect(printed.contains("refusing untrusted directory \(reports)"), "\(printed)")
+        #expect(printed.contains("owned by uid 65534"), "names the owner: \(printed)")
+        #expect(try String(contentsOfFile: victim.path, encoding: .utf8) == victim.contents, "the link was followed")
+        #expect(!FileManager.default.fileExists(atPath: reports + "/stall-"), "nothing written")
+    }
+
+    /// The default directory, `/var/tmp/stallmon-<uid>`, for a service user (a uid of its own, run with setpriv):
+    /// another user created it first with the spool's lock file linked to a file that must not appear.
+    @Test func theDefaultDirectoryPlantedByAnotherUserIsRefused() async throws {
+        if let reason = Self.skipReason { print("skipped: \(reason)"); return }
+        guard let setpriv = findTool("setpriv") else { print("skipped: setpriv (util-linux) not found"); return }
+        let executable = try StallmonExecutable.url().path
+        guard Self.everyoneCanExecute(executable) else {
+            print("skipped: \(executable) is not executable by other users (a private checkout)")
+            return
+        }
+        let serviceUser: uid_t = 61_000 + uid_t(getpid() % 1000)
+        let reports = "/var/tmp/stallmon-\(serviceUser)"
+        try? FileManager.default.removeItem(atPath: reports)
+        defer { try? FileManager.default.removeItem(atPath: reports) }
+        let scratch = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        chmod(scratch, 0o777)
+        let mustNotAppear = scratch + "/created-through-the-link"
+        try Self.plant(reports, links: ["spool/.lock": mustNotAppear, "events.jsonl": mustNotAppear])
+        let output = scratch + "/upload.out"
+        let status = try await offThePool {
+            ChildProcess.run(setpriv, ["--reuid=\(serviceUser)", "--regid=\(serviceUser)", "--clear-groups",
+                                       executable, "upload", "--once", "--endpoint", "http://127.0.0.1:9/v1",
+                                       "--deadline", "1"],
+                             timeout: .seconds(60), environment: ["PATH": "/usr/bin:/bin"], outputPath: output)
+        }
+        let printed = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        #expect(status == 1, "exit status \(String(describing: status)): \(printed)")
+        #expect(printed.contains("refusing untrusted directory \(reports)"), "\(printed)")
+        #expect(printed.contains("owned by uid 65534"), "names the owner: \(printed)")
+        #expect(!FileManager.default.fileExists(atPath: mustNotAppear), "the planted lock link was followed")
+    }
+
+    /// The library refuses too, when the monitor is created (directory planted before) and on every write (planted
+    /// after the service started: the directory removed, by a cleaner of /var/tmp say, and re-created by someone
+    /// else). The reports are dropped, the error names the owner, and the planted link's target is untouched.
+    @Test func theMonitorRefusesAtCreationAndOnEveryWrite() throws {
+        if let reason = Self.skipReason { print("skipped: \(reason)"); return }
+        let root = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        chmod(root, 0o755)
+        let victim = try Self.makeVictim(in: root)
+        let reports = root + "/reports"
+        try Self.plant(reports, links: ["events.jsonl": victim.path])
+        do {
+            _ = try StallMonitor(loop: try Looper(name: "untrusted-at-creation"),
+                                 configuration: .init(threshold: .milliseconds(50), reportDirectory: reports))
+            Issue.record("a monitor was created on a planted directory")
+        } catch {
+            #expect("\(error)".contains("refusing untrusted directory \(reports)"), "\(error)")
+            #expect("\(error)".contains("owned by uid 65534 (nobody)"), "\(error)")
+        }
+
+        try FileManager.default.removeItem(atPath: reports)
+        let harness = try FaultDiskHarness(reportDirectory: reports, name: "untrusted-later")
+        defer { harness.finish() }
+        #expect(harness.stall(1))
+        #expect(harness.statistics.reportsWritten == 1)
+        try FileManager.default.removeItem(atPath: reports)
+        try Self.plant(reports, links: ["events.jsonl": victim.path])
+        #expect(harness.stall(2))
+        #expect(harness.statistics.reportsWritten == 1, "a report was written into the planted directory")
+        #expect(harness.statistics.reportsDropped >= 2)
+        #expect(harness.keepsTicking(), "the loop kept running")
+        #expect(try String(contentsOfFile: victim.path, encoding: .utf8) == victim.contents, "the link was followed")
+        let logged = harness.logs.entries.map { "\($0.message) \($0.metadata)" }.joined(separator: "\n")
+        #expect(logged.contains("owned by uid 65534"), "the error names the owner: \(logged)")
+    }
+
+    static func everyoneCanExecute(_ path: String) -> Bool {
+        var current = path
+        while current != "/" {
+            var info = stat()
+            guard stat(current, &info) == 0 else { return false }
+            let needed: mode_t = current == path ? S_IXOTH | S_IROTH : S_IXOTH
+            if info.st_mode & needed != needed { return false }
+            current = AtomicFile.parentDirectory(of: current)
+        }
+        return true
+    }
+}
+
+/// Checks that need no second user: a directory of our own that is a symbolic link or world-writable, and links
+/// inside a trusted directory (the event log, spool entries), are refused or skipped, never followed.
+@Suite struct FaultUntrustedFileTests {
+    @Test func aSymbolicLinkOrAWorldWritableDirectoryIsRefused() throws {
+        let root = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let real = root + "/real"
+        try AtomicFile.createDirectory(real)
+        try FileManager.default.createSymbolicLink(atPath: root + "/link", withDestinationPath: real)
+        #expect(throws: FileError.self) { try AtomicFile.createDirectory(root + "/link") }
+        do {
+            try DirectoryTrust.verify(root + "/link")
+        } catch {
+            #expect("\(error)".contains("is a symbolic link (to \(real))"), "\(error)")
+        }
+        chmod(real, 0o777)
+        do {
+            try DirectoryTrust.verify(real)
+            Issue.record("a world-writable directory was trusted")
+        } catch {
+            #expect("\(error)".contains("writable by other users (mode 0777)"), "\(error)")
+        }
+        chmod(real, 0o700)
+        try DirectoryTrust.verify(real)
+        // A parent others can write, without the sticky bit, is refused too.
+        chmod(root, 0o777)
+        defer { chmod(root, 0o755) }
+        do {
+            try DirectoryTrust.verify(real)
+            Issue.record("a directory under a world-writable parent without the sticky bit was trusted")
+        } catch {
+            #expect("\(error)".contains("parent directory \(root) is writable by other users"), "\(error)")
+        }
+        chmod(root, 0o1777)
+        try DirectoryTrust.verify(real)  // sticky, like /tmp: fine
+    }
+
+    @Test func theEventLogNeverFollowsALink() throws {
+        let root = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let reports = root + "/reports"
+        try AtomicFile.createDirectory(reports)
+        let target = root + "/target"
+        try "keep\n".write(toFile: target, atomically: false, encoding: .utf8)
+        try FileManager.default.createSymbolicLink(atPath: reports + "/events.jsonl", withDestinationPath: target)
+        let log = EventLog(path: reports + "/events.jsonl", maxBytes: 1 << 20, maxFiles: 2)
+        var event = StallEvent(time: "2026-11-24T00:00:00Z", event: "stall.begin")
+        event.loop = "main"
+        do {
+            try log.append(event)
+            Issue.record("appended through a symbolic link")
+        } catch {
+            #expect("\(error)".contains("refusing event log"), "\(error)")
+        }
+        #expect(try String(contentsOfFile: target, encoding: .utf8) == "keep\n")
+    }
+
+    @Test func theSpoolSendsNoLinkedEntry() throws {
+        let root = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let spool = Spool(reportDirectory: root + "/reports")
+        try spool.prepare()
+        let secret = root + "/secret.json"
+        try "{\"secret\": true}".write(toFile: secret, atomically: false, encoding: .utf8)
+        try FileManager.default.createSymbolicLink(atPath: spool.pendingDirectory + "/stall-1.json",
+                                                   withDestinationPath: secret)
+        #expect(try spool.pending().isEmpty, "a symbolic link in pending/ was listed for upload")
+        let read = ReportReader.readAll([spool.pendingDirectory + "/stall-1.json"], followingLinks: false)
+        guard case .failure(let error) = read[0] else {
+            Issue.record("read through a link")
+            return
+        }
+        #expect(error.reason.contains("symbolic link"))
+    }
+}
