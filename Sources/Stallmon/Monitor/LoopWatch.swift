@@ -17,7 +17,7 @@ package final class LoopWatch: Sendable {
     private let annotations = IterationAnnotations()
     private let client: ReportClient
     private let pipeline: ReportPipeline
-    private let watchdog: Watchdog
+    private let watchdog: any WatchdogThread
     private let state = Mutex<(started: Bool, stopped: Bool)>((false, false))
     private let signalHeld = Atomic<Bool>(true)
 
@@ -25,10 +25,22 @@ package final class LoopWatch: Sendable {
     /// `currentLabel` is read by the watchdog (the loop's label of the work in progress, 0 for none), and so is
     /// `currentMode` (the run-loop mode of the iteration in progress, nil for loops without modes);
     /// `phaseOfReport` names the phase of a finished report (nil: reports have none).
-    package init(name: String, configuration: StallMonitorConfiguration, logger: Logger,
-                 sinks: [any StallReportSink], currentLabel: @escaping @Sendable () -> UInt32 = { 0 },
-                 currentMode: @escaping @Sendable () -> String? = { nil },
-                 phaseOfReport: (@Sendable (StallReport) -> String?)? = nil) throws(StallMonitorError) {
+    package convenience init(name: String, configuration: StallMonitorConfiguration, logger: Logger,
+                             sinks: [any StallReportSink], currentLabel: @escaping @Sendable () -> UInt32 = { 0 },
+                             currentMode: @escaping @Sendable () -> String? = { nil },
+                             phaseOfReport: (@Sendable (StallReport) -> String?)? = nil) throws(StallMonitorError) {
+        try self.init(name: name, configuration: configuration, logger: logger, sinks: sinks,
+                      currentLabel: currentLabel, currentMode: currentMode, phaseOfReport: phaseOfReport,
+                      makeWatchdog: nil)
+    }
+
+    /// `makeWatchdog` builds a watchdog of another kind than a loop's (the global executor's workers), from the
+    /// monitor's client and the pipeline's writer; nil: the loop's own `Watchdog` over this watch's probe.
+    init(name: String, configuration: StallMonitorConfiguration, logger: Logger,
+         sinks: [any StallReportSink], currentLabel: @escaping @Sendable () -> UInt32 = { 0 },
+         currentMode: @escaping @Sendable () -> String? = { nil },
+         phaseOfReport: (@Sendable (StallReport) -> String?)? = nil,
+         makeWatchdog: ((ReportClient, ReportWriter) -> any WatchdogThread)?) throws(StallMonitorError) {
         try Self.check(configuration, sinks: sinks)
         let signalNumber: Int32
         do {
@@ -53,8 +65,9 @@ package final class LoopWatch: Sendable {
             throw StallMonitorError(
                 description: "cannot create the monitor's wake-up eventfd (report writer): \(error)")
         }
-        watchdog = Watchdog(probe: probe, binding: binding, loopName: name, currentLabel: currentLabel,
-                            currentMode: currentMode, writer: pipeline.writer, client: client, annotations: annotations)
+        watchdog = makeWatchdog?(client, pipeline.writer)
+            ?? Watchdog(probe: probe, binding: binding, loopName: name, currentLabel: currentLabel,
+                        currentMode: currentMode, writer: pipeline.writer, client: client, annotations: annotations)
         if let failure = watchdog.setupError {
             pipeline.leave(client, sinksStarted: false, sinkDeadline: .zero)
             cstallmon_release()

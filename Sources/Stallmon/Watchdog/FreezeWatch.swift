@@ -1,0 +1,52 @@
+import CStallmonCapture
+
+/// Tells a whole-process freeze (SIGSTOP, a VM or container pause) from the watchdog thread's own passes: a wake-up
+/// much later than asked for without waiting for a CPU, or a pass that took that long without waiting for one or for
+/// a capture. Owned by one watchdog thread.
+struct FreezeWatch {
+    private(set) var freezes = FreezeTracker()
+    private let minimum: UInt64
+    private var expectedWake: UInt64?
+    private var runDelayBeforeSleep: UInt64
+    private var delayAtTop: UInt64?
+
+    init(thresholdNanoseconds: UInt64) {
+        minimum = max(10_000_000, thresholdNanoseconds / 4)
+        runDelayBeforeSleep = ThreadStats.ownRunDelay() ?? 0
+    }
+
+    /// At the top of a pass: the freeze's length when the wake-up at `now` was one.
+    mutating func passBegins(now: UInt64) -> UInt64? {
+        delayAtTop = ThreadStats.ownRunDelay()
+        guard let expected = expectedWake else { return nil }
+        let delayGrowth = (delayAtTop ?? runDelayBeforeSleep) &- runDelayBeforeSleep
+        guard freezes.observeWake(expected: expected, actual: now, runDelayGrowth: delayGrowth, minimum: minimum) else {
+            return nil
+        }
+        return now - expected
+    }
+
+    /// The pass watched nothing (no thread bound yet): the next wake-up is not judged.
+    mutating func skipNextWake() {
+        expectedWake = nil
+    }
+
+    /// At the end of a pass that began at `began` and sleeps until `wakeAt`: the freeze's length when the pass
+    /// itself was one. A freeze can also land while this thread works rather than sleeps (more likely on a loaded
+    /// machine, where it is often preempted mid-pass): the pass then takes as long as the freeze, without waiting
+    /// for a CPU. A pass that waited for a capture's handler is not judged (that wait is neither).
+    mutating func passEnds(began: UInt64, waitedForACapture: Bool, wakeAt: UInt64) -> UInt64? {
+        let delayAtEnd = ThreadStats.ownRunDelay() ?? runDelayBeforeSleep
+        let passEnd = cstallmon_monotonic_ns()
+        var frozen: UInt64?
+        if !waitedForACapture, let delayAtTop,
+           freezes.observeWake(expected: began, actual: passEnd, runDelayGrowth: delayAtEnd &- delayAtTop,
+                               minimum: minimum)
+        {
+            frozen = passEnd - began
+        }
+        runDelayBeforeSleep = delayAtEnd
+        expectedWake = max(wakeAt, passEnd)
+        return frozen
+    }
+}

@@ -1,0 +1,259 @@
+import CStallmonCapture
+import Foundation
+import Logging
+import Metrics
+import StallmonLoop
+import StallmonReport
+import Synchronization
+
+/// The stalls of one watched thread, as a watchdog thread sees them pass by pass: lets `StallDetector` decide,
+/// takes the samples, and hands begin, interim and final snapshots to the writer. A loop's watchdog has one; the
+/// global executor's watchdog has one per worker. Owned by one watchdog thread.
+final class StallTracker {
+    /// What a tracker needs of the thread it watches, for one pass.
+    struct Target {
+        var tid: Int32
+        /// Takes one stack sample (nil: no capture is possible now, e.g. no slot); the label of the work in progress.
+        var capture: ((UInt32) -> RawSample)?
+        /// The exact begin and end of a finished long iteration (job), when the thread recorded it.
+        var longIterationRecord: (UInt64) -> (begin: UInt64, end: UInt64)?
+        var currentLabel: () -> UInt32 = { 0 }
+        var currentMode: () -> String? = { nil }
+        /// Fills in what is particular to this kind of thread (a job's priority and task id, say).
+        var describe: (inout StallSnapshot) -> Void = { _ in }
+    }
+
+    private struct Current {
+        var snapshot: StallSnapshot
+        var lastSeenBusy: UInt64
+        /// This stall's own baseline: the shared one moves on as soon as the watchdog sees the next iteration busy,
+        /// which, for back-to-back stalls, happens before this one is finished.
+        var baseline: Baseline?
+    }
+
+    /// Scheduler figures of the thread when the watchdog first saw an iteration busy.
+    private struct Baseline {
+        var iteration: UInt64
+        var stats: ThreadStats
+        var at: UInt64
+    }
+
+    let loopName: String
+    private let client: ReportClient
+    private let writer: ReportWriter
+    private let annotations: IterationAnnotations?
+    private let stallCounter: Counter
+    private let stallDuration: Metrics.Timer
+    private var detector: StallDetector
+    private var current: Current?
+    private var baseline: Baseline?
+    private var descriptors = DescriptorResolver()
+    private let holders: HolderSampler
+    private var warnedAboutBlockedSignal = false
+    private var warnedAboutReplacedHandler = false
+
+    init(loopName: String, client: ReportClient, writer: ReportWriter, annotations: IterationAnnotations?,
+         stallCounter: Counter, stallDuration: Metrics.Timer) {
+        self.loopName = loopName
+        self.client = client
+        self.writer = writer
+        self.annotations = annotations
+        self.stallCounter = stallCounter
+        self.stallDuration = stallDuration
+        let configuration = client.configuration
+        detector = StallDetector(configuration: Self.detectorConfiguration(configuration))
+        // A holder's capture waits at most 20 ms: the thread's own sample comes after it, and must not be held up by
+        // a holder that is slow to take the signal (a late handler drains its slot as usual).
+        holders = HolderSampler(maxFrames: configuration.maxFrames,
+                                timeout: min(configuration.captureTimeout, .milliseconds(20)),
+                                stacks: configuration.lockHolderStacks)
+    }
+
+    deinit {
+        holders.endStall()
+    }
+
+    static func detectorConfiguration(_ configuration: StallMonitorConfiguration) -> StallDetector.Configuration {
+        StallDetector.Configuration(
+            threshold: UInt64(configuration.threshold.nanosecondsClamped),
+            sampleInterval: UInt64(configuration.sampleInterval.nanosecondsClamped),
+            maxSamples: configuration.maxSamples,
+            interimAfter: UInt64(configuration.interimAfter.nanosecondsClamped))
+    }
+
+    /// Whether a stall is in progress.
+    var isStalled: Bool { current != nil }
+
+    /// Whether the stall in progress is that of `iteration`.
+    func isTracking(iteration: UInt64) -> Bool {
+        detector.tracking?.iteration == iteration
+    }
+
+    /// One pass over `reading`, the thread's probe read at `now`. Returns when the tracker wants the next pass, and
+    /// whether this pass waited for a capture (so it is not judged as a freeze).
+    func step(_ reading: LoopProbe.Reading, now: UInt64, target: Target,
+              freezes: FreezeTracker) -> (wakeAt: UInt64, waitedForACapture: Bool) {
+        let threshold = UInt64(client.configuration.threshold.nanosecondsClamped)
+        var waitedForACapture = false
+        // The detector sees the iteration as if it began later by the time the whole process was frozen, so a
+        // SIGSTOP or VM pause is never mistaken for a stall.
+        var adjusted = reading
+        if case .busy(let iteration, let since) = reading {
+            adjusted = .busy(iteration: iteration, since: since + freezes.overlap(start: since, end: now))
+            if baseline?.iteration != iteration, let stats = ThreadStats.read(tid: target.tid) {
+                baseline = Baseline(iteration: iteration, stats: stats, at: now)
+            }
+        }
+        let (actions, wakeAt) = detector.step(adjusted, now: now)
+        for action in actions {
+            switch action {
+            case .begin(let iteration, _):
+                guard case .busy(_, let since) = reading else { break }
+                client.counters.stallsDetected.wrappingAdd(1, ordering: .relaxed)
+                stallCounter.increment()
+                let wallNow = cstallmon_realtime_ns()
+                var snapshot = StallSnapshot(
+                    id: UUID().uuidString.lowercased(), loopName: loopName, threadID: target.tid,
+                    thresholdNanoseconds: threshold, since: since,
+                    sinceWall: wallNow - min(wallNow, now - since), durationNanoseconds: now - since,
+                    durationExact: false, ongoing: true, elapsedAtDetection: now - since,
+                    labelID: target.currentLabel(), samples: [])
+                snapshot.annotations = annotations?.values(for: iteration) ?? [:]
+                snapshot.mode = target.currentMode()
+                target.describe(&snapshot)
+                descriptors = DescriptorResolver()
+                holders.endStall()
+                if let capture = target.capture {
+                    waitedForACapture = true
+                    snapshot.samples.append(takeSample(capture, target: target))
+                }
+                current = Current(snapshot: snapshot, lastSeenBusy: now,
+                                  baseline: baseline?.iteration == iteration ? baseline : nil)
+                writer.submit(.begin(snapshot), from: client)
+            case .sample:
+                if let capture = target.capture, current != nil {
+                    waitedForACapture = true
+                    let sample = takeSample(capture, target: target)
+                    current?.snapshot.samples.append(sample)
+                    warnAboutMissingStacks(sample, tid: target.tid)
+                }
+                current?.lastSeenBusy = now
+            case .interim:
+                guard var snapshot = current?.snapshot else { break }
+                snapshot.ongoing = true
+                snapshot.frozenNanoseconds = freezes.overlap(start: snapshot.since, end: now)
+                snapshot.durationNanoseconds = now - snapshot.since - snapshot.frozenNanoseconds
+                describeThread(&snapshot, baseline: current?.baseline, now: now, tid: target.tid)
+                writer.submit(.interim(snapshot), from: client)
+            case .finish(let iteration, _):
+                guard var snapshot = current?.snapshot else { break }
+                var end = current?.lastSeenBusy ?? now
+                if let record = target.longIterationRecord(iteration) {
+                    end = record.end
+                    snapshot.durationExact = true
+                } else {
+                    snapshot.durationExact = false  // the thread overwrote the record: this thread was starved
+                }
+                snapshot.frozenNanoseconds = freezes.overlap(start: snapshot.since, end: end)
+                snapshot.durationNanoseconds = end - snapshot.since - min(snapshot.frozenNanoseconds,
+                                                                          end - snapshot.since)
+                snapshot.ongoing = false
+                snapshot.annotations.merge(annotations?.values(for: iteration) ?? [:]) { _, new in new }
+                describeThread(&snapshot, baseline: current?.baseline, now: now, tid: target.tid,
+                               end: snapshot.durationExact ? end : nil)
+                stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
+                writer.submit(.finish(snapshot), from: client)
+                current = nil
+                holders.endStall()
+            }
+        }
+        if case .busy = reading, current != nil { current?.lastSeenBusy = now }
+        return (wakeAt, waitedForACapture)
+    }
+
+    /// The watchdog stops mid-stall: the evidence is left as an ongoing report.
+    func stopMidStall(now: UInt64, tid: Int32) {
+        guard var snapshot = current?.snapshot else { return }
+        snapshot.durationNanoseconds = now - snapshot.since
+        describeThread(&snapshot, baseline: current?.baseline, now: now, tid: tid)
+        writer.submit(.interim(snapshot), from: client)
+        current = nil
+        holders.endStall()
+    }
+
+    private func warnAboutMissingStacks(_ sample: RawSample, tid: Int32) {
+        let logger = client.logger
+        if sample.handlerReplaced && !warnedAboutReplacedHandler {
+            warnedAboutReplacedHandler = true
+            logger.error("""
+                stallmon: the sampling signal's handler was replaced by someone else; stalls are still \
+                timed, but no stack is captured and the signal is never sent
+                """, metadata: ["loop": "\(loopName)", "signal": "\(client.configuration.signal)"])
+        }
+        if sample.status != .ok && !sample.handlerReplaced && !warnedAboutBlockedSignal
+            && cstallmon_thread_blocks_signal(tid, cstallmon_installed_signal()) == 1
+        {
+            warnedAboutBlockedSignal = true
+            logger.warning("stallmon: the loop thread blocks the sampling signal; stacks are missing",
+                           metadata: ["loop": "\(loopName)", "tid": "\(tid)"])
+        }
+    }
+
+    /// Fills in where the thread's time went since the baseline, and the class that follows.
+    /// `end` is the thread's own end of the iteration when known: the window stops there. What the thread did after
+    /// it, until the watchdog looked (idle in epoll, or already the next iteration when two stalls run back to
+    /// back), is not this stall's; its CPU time cannot be told apart in the counters, so CPU and run delay are
+    /// capped at the window (an error of at most one watchdog poll).
+    private func describeThread(_ snapshot: inout StallSnapshot, baseline: Baseline?, now: UInt64, tid: Int32,
+                                end: UInt64? = nil) {
+        guard let baseline, let stats = ThreadStats.read(tid: tid), now > baseline.at else { return }
+        let windowEnd = end.map { min(max($0, baseline.at), now) } ?? now
+        var wall = windowEnd - baseline.at
+        wall -= min(snapshot.frozenNanoseconds, wall)
+        let cpu = min(stats.cpuNanoseconds &- baseline.stats.cpuNanoseconds, wall)
+        let delay = min(stats.runDelayNanoseconds &- baseline.stats.runDelayNanoseconds, wall - cpu)
+        snapshot.threadFigures = StallReport.ThreadFigures(
+            windowMs: Double(wall) / 1e6, cpuMs: Double(cpu) / 1e6, runDelayMs: Double(delay) / 1e6,
+            sleepMs: Double(wall - cpu - delay) / 1e6,
+            voluntarySwitches: Int(stats.voluntarySwitches &- baseline.stats.voluntarySwitches),
+            involuntarySwitches: Int(stats.involuntarySwitches &- baseline.stats.involuntarySwitches))
+        snapshot.threadClass = StallClassifier.classify(cpu: cpu, runDelay: delay, wall: wall)
+    }
+
+    private func takeSample(_ capture: (UInt32) -> RawSample, target: Target) -> RawSample {
+        let tid = target.tid
+        // Before the signal: in the handler the thread is always R, and no longer in its system call.
+        let (state, call, wait) = WaitTarget.current(of: tid, descriptors: &descriptors)
+        if (state == "S" || state == "D") && call == nil { Self.reportProcDenied(tid: tid, logger: client.logger) }
+        // The holder before the thread's own capture: the thread still waits, so the lock is still held.
+        let holder = wait?.holderThread.map { holders.sample($0, descriptors: &descriptors) }
+        var sample = capture(target.currentLabel())
+        sample.threadState = state
+        sample.wait = wait
+        sample.holder = holder
+        switch sample.status {
+        case .ok: client.counters.samplesCaptured.wrappingAdd(1, ordering: .relaxed)
+        case .timedOut, .pending: client.counters.captureTimeouts.wrappingAdd(1, ordering: .relaxed)
+        default: break
+        }
+        return sample
+    }
+
+    private static let warnedAboutProc = Atomic<Bool>(false)
+
+    /// A sleeping thread whose system call cannot be read: /proc is not mounted, or denied (a hardened container).
+    /// Reports then say nothing of what the thread waited on; said once per process.
+    private static func reportProcDenied(tid: Int32, logger: Logger) {
+        let path = "/proc/self/task/\(tid)/syscall"
+        guard access(path, R_OK) != 0 else { return }  // readable: the thread just left its call
+        let error = errno
+        if error == ENOENT, access("/proc/self/task", F_OK) == 0, access("/proc/self/task/\(tid)", F_OK) != 0 {
+            return  // /proc is there; the thread exited
+        }
+        let reason = String(cString: strerror(error))
+        guard !warnedAboutProc.exchange(true, ordering: .relaxed) else { return }
+        logger.warning("""
+            stallmon: \(path) cannot be read (\(reason)); reports will not say what a blocked loop waited on
+            """, metadata: ["tid": "\(tid)"])
+    }
+}
