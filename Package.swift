@@ -4,7 +4,8 @@ import PackageDescription
 // One product per concern; a service links only what it uses (README, "Architecture"):
 //   StallmonLoop    the run loop (`Looper`): CFRunLoop-style observers, modes and nested runs, a Swift Concurrency
 //                   executor, and the probe a monitor attaches to it
-//   Stallmon        the monitor: probe, watchdog, capture, analysis, report writing, event log, configuration.
+//   Stallmon        the monitor: probe, watchdog, capture, analysis, report writing, event log, configuration; the
+//                   `Looper`'s monitor and Swift Concurrency's global executor's (ConcurrencyStallMonitor).
 //                   swift-log, swift-metrics, libunwind and libdw only: no NIO, HTTP or TLS.
 //   StallmonReport  the `stallmon.report/1` contract and its read side: types, reader, skimmer, summaries
 //   StallmonUpload  spool, batching and retry decisions, OTLP/NDJSON payloads, the async-http-client transport;
@@ -15,7 +16,8 @@ import PackageDescription
 //                   monitor as a swift-service-lifecycle Service; behind the `NIO` trait (on by default)
 //   stallmon        the CLI (demo, report, show, tail, symbolicate, upload): links everything
 // C targets hold what Swift cannot do or import: CStallmonLoopShims (epoll, eventfd, timerfd), CStallmonCapture (the
-// signal handler and libunwind capture), CStallmonSymbols (libdw symbolication).
+// signal handler and libunwind capture), CStallmonSymbols (libdw symbolication), CStallmonConcurrency (the global
+// executor's hooks and per-worker probes).
 // Linux only: the capture, the loop and /proc are Linux's (see Sources/Stallmon/Monitor/Platform.swift).
 let package = Package(
     name: "stallmon",
@@ -58,6 +60,8 @@ let package = Package(
             cSettings: [.define("_GNU_SOURCE")],
             linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf"), .linkedLibrary("stdc++")]
         ),
+        // Swift Concurrency's global executor, its jobs timed per worker (see its header for why).
+        .target(name: "CStallmonConcurrency", cSettings: [.define("_GNU_SOURCE")]),
         // Defines epoll_wait: timestamps around a SwiftNIO loop's selector waits (see its header for why).
         .target(name: "CStallmonNIOHook", cSettings: [.define("_GNU_SOURCE")]),
         .target(
@@ -75,6 +79,7 @@ let package = Package(
                 "CStallmonLoopShims",
                 "CStallmonCapture",
                 "CStallmonSymbols",
+                "CStallmonConcurrency",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]
@@ -133,6 +138,13 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
+        ),
+        // A child process of ConcurrencyStallMonitorTests: plain Swift Concurrency that stalls the global executor.
+        .executableTarget(
+            name: "stallmon-async-fixture",
+            dependencies: ["Stallmon", "CStallmonCapture", .product(name: "NIOCore", package: "swift-nio"),
+                           .product(name: "NIOPosix", package: "swift-nio")],
+            path: "Tests/StallmonAsyncFixture"
         ),
         .testTarget(name: "StallmonLoopTests", dependencies: ["StallmonLoop"]),
         .testTarget(name: "StallmonReportTests", dependencies: ["StallmonReport", "StallmonTestSupport"]),

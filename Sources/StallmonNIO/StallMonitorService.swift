@@ -3,7 +3,8 @@ import Foundation
 import ServiceLifecycle
 import Stallmon
 
-/// Something that watches loops and can be started and stopped: `NIOStallMonitor` and `StallMonitor`.
+/// Something that watches loops and can be started and stopped: `NIOStallMonitor`, `StallMonitor` and
+/// `ConcurrencyStallMonitor`.
 public protocol StallMonitoring: Sendable {
     /// Starts watching.
     func start()
@@ -13,6 +14,7 @@ public protocol StallMonitoring: Sendable {
 
 extension NIOStallMonitor: StallMonitoring {}
 extension StallMonitor: StallMonitoring {}
+extension ConcurrencyStallMonitor: StallMonitoring {}
 
 /// Runs a stall monitor as a swift-service-lifecycle `Service`: `run()` starts it and returns after graceful
 /// shutdown (or cancellation), having stopped it: a stall in progress is written as ongoing, the reports are

@@ -14,7 +14,7 @@ struct StallmonBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stallmon-bench",
         abstract: "Measure stallmon's overhead, capture cost, detection quality, scale and memory.",
-        subcommands: [Run.self, StalledTarget.self, LoaderHazard.self],
+        subcommands: [Run.self, StalledTarget.self, LoaderHazard.self, AsyncChild.self],
         defaultSubcommand: Run.self)
 }
 
@@ -37,8 +37,8 @@ struct Run: ParsableCommand {
     @Option(help: "Where to write the figures as JSON.")
     var output = "bench-results.json"
 
-    @Option(help: "Sections to run: loop, capture, detection, reports, upload, memory, nio.")
-    var sections = "loop,capture,detection,reports,upload,memory,nio"
+    @Option(help: "Sections to run: loop, capture, detection, reports, upload, memory, nio, async.")
+    var sections = "loop,capture,detection,reports,upload,memory,nio,async"
 
     @Option(help: "Report counts for `stallmon report` scale.")
     var reportScale = "1000,10000,100000"
@@ -89,6 +89,7 @@ struct Run: ParsableCommand {
         }
         if chosen.contains("memory") { try MemoryFootprint(scratch: scratch, logger: logger).run(results) }
         if chosen.contains("nio") { try NIOEventLoops(quick: quick, scratch: scratch, logger: logger).run(results) }
+        if chosen.contains("async") { try AsyncJobs(quick: quick, scratch: scratch).run(results) }
 
         struct Document: Encodable {
             var date: String

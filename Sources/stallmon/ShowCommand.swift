@@ -58,8 +58,14 @@ enum ReportText {
         out += "  loop:     \(report.loop)  thread \(report.thread.tid) \"\(report.thread.name)\"  "
             + "pid \(report.process.pid) on \(report.process.hostname)\n"
         out += "  started:  \(report.start.wall)\n"
+        let measuredBy = report.job == nil ? "measured by the loop" : "measured by the job's worker"
         out += "  lasted:   \(ms(report.durationMs)) (threshold \(ms(report.thresholdMs)); "
-            + "\(report.durationSource == "loop" ? "measured by the loop" : "estimated by the watchdog"))\n"
+            + "\(report.durationSource == "loop" ? measuredBy : "estimated by the watchdog"))\n"
+        if let job = report.job {
+            out += "  job:      \(job.kind)\(job.taskId.map { " \($0)" } ?? "")"
+                + "\(job.taskName.map { " \"\($0)\"" } ?? ""), priority \(job.priority), on the "
+                + (job.executor == "main" ? "main actor" : "global executor") + "\n"
+        }
         if !report.label.isEmpty {
             out += "  running:  \(report.label)"
             if let mode = report.mode, mode != "default" { out += "  (in run-loop mode \(mode))" }

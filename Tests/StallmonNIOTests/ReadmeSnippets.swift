@@ -31,3 +31,13 @@ monitor.start()
 monitor.stop()  // joins threads: from async code, call it off the cooperative pool (StallMonitorService does)
 try group.syncShutdownGracefully()
 }
+
+func readmeNIOSnippet2() throws {
+
+// With swift-service-lifecycle: StallMonitorService runs it like any other monitor. With Hummingbird 2 or Vapor 4,
+// watch both the event loops (NIOStallMonitor, above) and the async code.
+let monitor = try ConcurrencyStallMonitor(configuration: .init(threshold: .milliseconds(100)),
+                                          logger: Logger(label: "myservice.stallmon"))
+let services = ServiceGroup(services: [/* app, */ StallMonitorService(monitor)], logger: Logger(label: "myservice"))
+_ = services
+}

@@ -36,6 +36,15 @@ public final class ChildProcess {
             posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         }
 
+        // Nothing else this process has open reaches the child: a long-lived child holding a descriptor of
+        // Foundation's `Process` (the socket it watches for a child's exit) would keep another test's `Process`
+        // "running" until this child exits, and that test would time out.
+        // (glibc 2.34+; Swift's Glibc module does not declare it, so it is looked up.)
+        if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") {
+            typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+            _ = unsafeBitCast(symbol, to: CloseFrom.self)(&actions, 3)
+        }
+
         let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
         let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {

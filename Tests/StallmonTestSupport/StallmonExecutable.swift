@@ -29,8 +29,13 @@ public enum StallmonExecutable {
 
     /// The executable, or an error naming every place looked at.
     public static func url() throws(NotFound) -> URL {
+        try url(named: "stallmon")
+    }
+
+    /// An executable of this package built next to the test bundle (`stallmon`, `stallmon-async-fixture`).
+    public static func url(named name: String) throws(NotFound) -> URL {
         for directory in candidateDirectories {
-            let url = directory.appendingPathComponent("stallmon")
+            let url = directory.appendingPathComponent(name)
             var isDirectory: ObjCBool = false
             if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), !isDirectory.boolValue,
                FileManager.default.isExecutableFile(atPath: url.path)
@@ -38,7 +43,7 @@ public enum StallmonExecutable {
                 return url
             }
         }
-        throw NotFound(description: "no `stallmon` executable next to the test bundle; looked in: "
+        throw NotFound(description: "no `\(name)` executable next to the test bundle; looked in: "
             + candidateDirectories.map(\.path).joined(separator: ", ")
             + ". Build it with `swift build --build-tests` (it builds the executable too).")
     }

@@ -94,6 +94,19 @@ struct UploaderTests {
                     == .object(["stringValue": .string("fsync /var/lib/ledger.db")]))
     }
 
+    /// A stall in async code tells the collector which job held the worker.
+    @Test func otlpRecordsNameTheJobOfAnAsyncStall() throws {
+        var report = sampleReport(durationMs: 333)
+        report.loop = "swift-global-executor"
+        report.job = .init(executor: "global", priority: "high", taskId: 9_000_000_000, kind: "task")
+        let record = try deliverOTLPRecord(report)
+        #expect(record["stallmon.job.executor"] == .object(["stringValue": .string("global")]))
+        #expect(record["stallmon.job.priority"] == .object(["stringValue": .string("high")]))
+        #expect(record["stallmon.job.kind"] == .object(["stringValue": .string("task")]))
+        #expect(record["stallmon.job.task_id"] == .object(["stringValue": .string("9000000000")]))
+        #expect(record["stallmon.loop"] == .object(["stringValue": .string("swift-global-executor")]))
+    }
+
     @Test func ndjsonSendsOneReportPerLine() throws {
         let receiver = try Receiver()
         let directory = makeTemporaryDirectory()

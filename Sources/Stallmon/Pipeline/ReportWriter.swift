@@ -251,6 +251,7 @@ final class ReportWriter: Sendable {
         var report = state.reportBuilder(for: client.configuration.inApp).build(snapshot)
         if let phaseOfReport = client.phaseOfReport { report.phase = phaseOfReport(report) }
         report.mode = snapshot.mode
+        report.job = snapshot.job
         return report
     }
 
@@ -262,6 +263,7 @@ final class ReportWriter: Sendable {
         event.thresholdMs = Double(snapshot.thresholdNanoseconds) / 1e6
         event.label = snapshot.labelID == 0 ? nil : LooperLabel(id: snapshot.labelID).name
         event.mode = snapshot.mode
+        event.job = snapshot.job
         return event
     }
 

@@ -25,4 +25,6 @@ struct StallSnapshot: Sendable {
     var annotations: [String: String] = [:]
     /// The run-loop mode the iteration ran in when the watchdog noticed it (a `Looper`'s), nil for other loops.
     var mode: String? = nil
+    /// For a Swift Concurrency worker: the job that held it.
+    var job: StallReport.Job? = nil
 }

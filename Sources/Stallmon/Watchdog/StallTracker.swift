@@ -21,6 +21,9 @@ final class StallTracker {
         var currentMode: () -> String? = { nil }
         /// Fills in what is particular to this kind of thread (a job's priority and task id, say).
         var describe: (inout StallSnapshot) -> Void = { _ in }
+        /// False once the thread exited (a retired worker): its id may be another thread's, so its /proc figures
+        /// are not read.
+        var isAlive = true
     }
 
     private struct Current {
@@ -159,8 +162,10 @@ final class StallTracker {
                                                                           end - snapshot.since)
                 snapshot.ongoing = false
                 snapshot.annotations.merge(annotations?.values(for: iteration) ?? [:]) { _, new in new }
-                describeThread(&snapshot, baseline: current?.baseline, now: now, tid: target.tid,
-                               end: snapshot.durationExact ? end : nil)
+                if target.isAlive {
+                    describeThread(&snapshot, baseline: current?.baseline, now: now, tid: target.tid,
+                                   end: snapshot.durationExact ? end : nil)
+                }
                 stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
                 writer.submit(.finish(snapshot), from: client)
                 current = nil

@@ -27,6 +27,8 @@ public struct StallEvent: Codable, Sendable, Equatable {
     public var phase: String?
     /// `Looper` loops: the run-loop mode of the stalled iteration, as the report's `mode`.
     public var mode: String?
+    /// Swift Concurrency stalls: the job that held the worker, as the report's `job`.
+    public var job: StallReport.Job?
     /// `loop.stats`: the window the figures cover, in seconds (since the previous `loop.stats` of the loop).
     public var windowS: Double?
     /// `loop.stats`: iterations finished in the window.
@@ -44,7 +46,7 @@ public struct StallEvent: Codable, Sendable, Equatable {
         case time, event, id, loop, tid, thresholdMs, elapsedMs, durationMs, label, topFrame, samples, report, count
         case message
         case stallClass = "class"
-        case signature, suppressed, phase, mode
+        case signature, suppressed, phase, mode, job
         case windowS, iterations, busyP50Ms, busyP90Ms, busyP99Ms, busyMaxMs, utilization
     }
 

@@ -63,6 +63,9 @@ public struct StallReport: Codable, Sendable, Equatable {
     /// What the loop thread was blocked on while asleep in a system call, most samples first: the call, and the
     /// descriptor's connection, socket, pipe or file. Absent when no sample found it in a system call.
     public var waitingOn: [WaitingOn]?
+    /// For a stall on Swift Concurrency's global executor or the main actor (`ConcurrencyStallMonitor`): the job
+    /// that held the worker thread. `loop` is then the pool's name and `thread` the worker. Absent for loops.
+    public var job: Job?
 
     /// Members every report has: a file without one of them is incomplete.
     static let requiredKeys = ["schema", "id", "ongoing", "process", "thread", "loop", "thresholdMs", "start",
@@ -73,7 +76,56 @@ public struct StallReport: Codable, Sendable, Equatable {
         case topFrame, captures, samples, frames, images
         case stallClass = "class"
         case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore, phase, mode
-        case waitingOn
+        case waitingOn, job
+    }
+
+    /// A Swift Concurrency job: what a worker of the global executor (or the main actor) was running.
+    public struct Job: Codable, Sendable, Equatable {
+        /// `global` (the global concurrent executor) or `main` (the main actor).
+        public var executor: String
+        /// The job's priority by name (`high`, `medium`, `low`, `background`, `userInteractive`, `unspecified`),
+        /// or its number when it has none.
+        public var priority: String
+        /// The task's id (`swift_task_getJobTaskId`), for a job that is a task; absent for other jobs (an actor's
+        /// drain job runs slices of several tasks in a row, and has no task of its own).
+        public var taskId: UInt64?
+        /// `task`; `actor` for a default actor's drain job; `continuation`, `isolatedDeinit`, or `job(N)` for a
+        /// kind this version does not name.
+        public var kind: String
+        /// The task's name (`Task(name:)`), when it has one and it could be read.
+        public var taskName: String?
+
+        public init(executor: String, priority: String, taskId: UInt64?, kind: String, taskName: String? = nil) {
+            self.executor = executor
+            self.priority = priority
+            self.taskId = taskId
+            self.kind = kind
+            self.taskName = taskName
+        }
+
+        /// The runtime's `JobKind` by name (Swift 6: a task is 0, the other kinds start at 192).
+        public static func kindName(_ value: UInt8) -> String {
+            switch value {
+            case 0: "task"
+            case 192, 193, 194: "actor"  // DefaultActorInline, DefaultActorSeparate, DefaultActorOverride
+            case 195: "continuation"  // NullaryContinuation
+            case 196: "isolatedDeinit"
+            default: "job(\(value))"
+            }
+        }
+
+        /// The runtime's `JobPriority` value by name, as `TaskPriority` spells it.
+        public static func priorityName(_ value: UInt8) -> String {
+            switch value {
+            case 0x21: "userInteractive"
+            case 0x19: "high"
+            case 0x15: "medium"
+            case 0x11: "low"
+            case 0x09: "background"
+            case 0: "unspecified"
+            default: String(value)
+            }
+        }
     }
 
     /// One thing the loop thread waited on, and in how many samples.

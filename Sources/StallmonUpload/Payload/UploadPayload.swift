@@ -171,6 +171,15 @@ enum OTLP {
                 }
             }
         }
+        if let job = report.job {
+            attributes.append(KeyValue(key: "stallmon.job.executor", value: .string(job.executor)))
+            attributes.append(KeyValue(key: "stallmon.job.priority", value: .string(job.priority)))
+            attributes.append(KeyValue(key: "stallmon.job.kind", value: .string(job.kind)))
+            if let taskId = job.taskId {
+                attributes.append(KeyValue(key: "stallmon.job.task_id", value: .string(String(taskId))))
+            }
+            if let name = job.taskName { attributes.append(KeyValue(key: "stallmon.job.task_name", value: .string(name))) }
+        }
         if let figures = report.threadStats {
             attributes.append(KeyValue(key: "stallmon.thread.cpu_ms", value: .double(figures.cpuMs)))
             attributes.append(KeyValue(key: "stallmon.thread.run_delay_ms", value: .double(figures.runDelayMs)))

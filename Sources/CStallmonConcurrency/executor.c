@@ -1,0 +1,489 @@
+// The global executor's jobs, timed per worker. See CStallmonConcurrency.h for why and how.
+#ifndef _GNU_SOURCE
+#error You must define _GNU_SOURCE
+#endif
+
+#include "CStallmonConcurrency.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+// MARK: - The runtime's and libdispatch's entry points
+//
+// Declared here rather than taken from <dispatch/dispatch.h> and the runtime's headers, which a C target of a
+// package cannot find on every installation. The signatures are those of Swift 6.x's ConcurrencyHooks.def and
+// libdispatch's public (and, for dispatch_queue_set_width, exported private) API.
+
+#define SWIFTCC __attribute__((swiftcall))
+
+typedef struct swift_job swift_job;
+
+typedef SWIFTCC void (*enqueue_global_original)(swift_job *job);
+typedef SWIFTCC void (*enqueue_global_hook)(swift_job *job, enqueue_global_original original);
+typedef SWIFTCC void (*enqueue_delay_original)(unsigned long long delay, swift_job *job);
+typedef SWIFTCC void (*enqueue_delay_hook)(unsigned long long delay, swift_job *job, enqueue_delay_original original);
+typedef SWIFTCC void (*enqueue_deadline_original)(long long sec, long long nsec, long long tsec, long long tnsec,
+                                                  int clock, swift_job *job);
+typedef SWIFTCC void (*enqueue_deadline_hook)(long long sec, long long nsec, long long tsec, long long tnsec, int clock,
+                                              swift_job *job, enqueue_deadline_original original);
+
+// Weak: resolved through the GOT (no copy relocation the runtime would never read), to the shared library's
+// variable or, under --static-swift-stdlib, to the static archive's, where dlsym would find nothing.
+extern void *swift_task_enqueueGlobal_hook __attribute__((weak));
+extern void *swift_task_enqueueGlobalWithDelay_hook __attribute__((weak));
+extern void *swift_task_enqueueGlobalWithDeadline_hook __attribute__((weak));
+
+// swift_job_run(Job *, SerialExecutorRef): the executor reference is two words; {0, 0} is the generic executor,
+// which is what the runtime's own dispatch executor passes for global jobs.
+extern SWIFTCC void swift_job_run(swift_job *job, void *executor_identity, uintptr_t executor_implementation);
+extern SWIFTCC uint64_t swift_task_getJobTaskId(swift_job *job);
+extern SWIFTCC void swift_get_time(long long *seconds, long long *nanoseconds, int clock);
+typedef struct {
+    void *identity;
+    uintptr_t implementation;
+} serial_executor_ref;
+extern SWIFTCC serial_executor_ref swift_task_getMainExecutor(void);
+
+typedef struct dispatch_queue_s *dispatch_queue_t;
+typedef void *dispatch_queue_attr_t;
+extern struct dispatch_queue_attr_s _dispatch_queue_attr_concurrent;
+extern struct dispatch_queue_s _dispatch_main_q;  // dispatch_get_main_queue()
+extern dispatch_queue_attr_t dispatch_queue_attr_make_with_qos_class(dispatch_queue_attr_t attr, unsigned int qos,
+                                                                     int relative_priority);
+extern dispatch_queue_t dispatch_queue_create(const char *label, dispatch_queue_attr_t attr);
+extern void dispatch_queue_set_width(dispatch_queue_t queue, long width);
+extern void dispatch_async_f(dispatch_queue_t queue, void *context, void (*work)(void *));
+extern void dispatch_after_f(uint64_t when, dispatch_queue_t queue, void *context, void (*work)(void *));
+extern uint64_t dispatch_time(uint64_t when, int64_t delta);
+
+#define DISPATCH_TIME_NOW 0ull
+#define DISPATCH_TIME_FOREVER (~0ull)
+// DISPATCH_QUEUE_WIDTH_MAX_LOGICAL_CPUS: the width the runtime gives its global queues.
+#define QUEUE_WIDTH_LOGICAL_CPUS (-3)
+// The runtime's clock ids (swift_clock_id): continuous and suspending.
+#define SWIFT_CLOCK_CONTINUOUS 1
+#define SWIFT_CLOCK_SUSPENDING 2
+
+// The job header's layout on 64-bit platforms (the runtime's Job: HeapObject, SchedulerPrivate[2], Flags, Id):
+// schedulerPrivate[1] at 0x18, which the runtime's dispatch executor sets to 1 for a global job; the flags' kind
+// byte at 0x20 and priority byte at 0x21.
+_Static_assert(sizeof(void *) == 8, "the job header offsets below are those of 64-bit platforms");
+#define JOB_SCHEDULER_PRIVATE_1 0x18
+#define JOB_KIND 0x20
+#define JOB_PRIORITY 0x21
+#define PRIORITY_COUNT 0x22
+// In a probe's job attributes: the job runs on the main actor (the main queue), not the global executor.
+#define JOB_ON_MAIN_ACTOR (1u << 16)
+
+// MARK: - State
+
+// CLAIMING: a new thread is filling the probe in (never pinned, never read as a worker).
+enum { PROBE_FREE = 0, PROBE_ALIVE = 1, PROBE_EXITING = 2, PROBE_PINNED = 4, PROBE_CLAIMING = 8 };
+
+typedef struct {
+    _Atomic uint32_t state;  // PROBE_* (| PROBE_PINNED while the watchdog signals the worker)
+    _Atomic uint32_t generation;
+    _Atomic int32_t tid;
+    _Atomic uint32_t job_attributes;  // kind | priority << 8 | JOB_ON_MAIN_ACTOR
+    _Atomic uint64_t sequence;        // odd while a job runs
+    _Atomic uint64_t job_since;
+    _Atomic uint64_t task_id;
+    // The most recent job that ran for at least the threshold (its own seqlock: odd while written).
+    _Atomic uint64_t long_sequence;
+    _Atomic uint64_t long_job;
+    _Atomic uint64_t long_begin;
+    _Atomic uint64_t long_end;
+    char padding[128 - 72];  // one probe per pair of cache lines: workers never share a line
+} worker_probe;
+
+_Static_assert(sizeof(worker_probe) == 128, "a probe is two cache lines");
+
+static struct {
+    _Alignas(128) worker_probe probes[CSTALLMON_MAX_WORKERS];
+    dispatch_queue_t _Atomic queues[PRIORITY_COUNT];
+    _Atomic int installed;
+    _Atomic int sampling_signal;
+    _Atomic uint64_t threshold_ns;
+    _Atomic uint64_t unwatched_workers;
+    _Atomic uint64_t jobs_of_exited_workers;
+    pthread_key_t exit_key;
+} g_state;
+
+// The calling worker's probe; &g_unwatched when every probe was taken.
+static __thread worker_probe *t_probe;
+// Jobs running on this thread right now: more than one when a job runs others inside it (a main-actor job that
+// drains the main queue itself); only the outermost is stamped, so the probe's sequence never goes backwards.
+static __thread unsigned t_depth;
+static worker_probe g_unwatched;
+
+static uint64_t monotonic_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+}
+
+// MARK: - Worker registration (once per thread; NOT async-signal-safe)
+
+// The thread-exit destructor: the probe is given back, after any pin the watchdog holds, so the tid is never
+// signalled once this thread is gone. The wait has no bound of its own on purpose (giving the probe back under a pin
+// would let a dead tid be signalled); the watchdog holds a pin for one capture at a time, which its capture timeout
+// bounds (at most 5 s).
+static void worker_exited(void *value) {
+    worker_probe *probe = value;
+    t_probe = &g_unwatched;  // a job run by a later destructor of this thread is not stamped into a freed probe
+    if (probe == NULL || probe == &g_unwatched) return;
+    for (;;) {
+        uint32_t state = atomic_load_explicit(&probe->state, memory_order_acquire);
+        if ((state & PROBE_PINNED) == 0) {
+            if (atomic_compare_exchange_weak_explicit(&probe->state, &state, PROBE_EXITING, memory_order_acq_rel,
+                                                      memory_order_acquire)) {
+                break;
+            }
+            continue;
+        }
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
+    uint64_t sequence = atomic_load_explicit(&probe->sequence, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g_state.jobs_of_exited_workers, sequence / 2, memory_order_relaxed);
+    atomic_store_explicit(&probe->tid, 0, memory_order_relaxed);
+    atomic_store_explicit(&probe->state, PROBE_FREE, memory_order_release);
+}
+
+static worker_probe *register_worker(void) {
+    worker_probe *claimed = &g_unwatched;
+    for (int index = 0; index < CSTALLMON_MAX_WORKERS; index++) {
+        worker_probe *probe = &g_state.probes[index];
+        uint32_t expected = PROBE_FREE;
+        if (atomic_compare_exchange_strong_explicit(&probe->state, &expected, PROBE_CLAIMING, memory_order_acq_rel,
+                                                    memory_order_relaxed)) {
+            claimed = probe;
+            break;
+        }
+    }
+    if (claimed == &g_unwatched) {
+        atomic_fetch_add_explicit(&g_state.unwatched_workers, 1, memory_order_relaxed);
+    } else {
+        // A new thread in the probe: its count starts again (the old thread's jobs were added up at its exit).
+        atomic_store_explicit(&claimed->sequence, 0, memory_order_relaxed);
+        atomic_store_explicit(&claimed->long_job, 0, memory_order_relaxed);
+        atomic_store_explicit(&claimed->tid, (int32_t)syscall(SYS_gettid), memory_order_relaxed);
+        atomic_fetch_add_explicit(&claimed->generation, 1, memory_order_release);
+        // Alive only now, with this thread's tid and generation in place: a pin taken from here on is for this
+        // thread, never for the probe's previous one.
+        atomic_store_explicit(&claimed->state, PROBE_ALIVE, memory_order_release);
+        int signal_number = atomic_load_explicit(&g_state.sampling_signal, memory_order_relaxed);
+        if (signal_number > 0) {
+            // libdispatch blocks nearly every signal on its workers; the sampling signal must reach this one.
+            sigset_t set;
+            sigemptyset(&set);
+            sigaddset(&set, signal_number);
+            pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+        }
+        if (pthread_setspecific(g_state.exit_key, claimed) != 0) {
+            // Without the exit destructor the probe would outlive its thread: give it back, run unwatched.
+            atomic_store_explicit(&claimed->tid, 0, memory_order_relaxed);
+            atomic_store_explicit(&claimed->state, PROBE_FREE, memory_order_release);
+            atomic_fetch_add_explicit(&g_state.unwatched_workers, 1, memory_order_relaxed);
+            claimed = &g_unwatched;
+        }
+    }
+    t_probe = claimed;
+    return claimed;
+}
+
+// MARK: - Running a job (the worker's hot path)
+
+static inline __attribute__((always_inline)) void run_job(swift_job *job, uint32_t where) {
+    if (where == JOB_ON_MAIN_ACTOR) {
+        serial_executor_ref main_executor = swift_task_getMainExecutor();
+        swift_job_run(job, main_executor.identity, main_executor.implementation);
+    } else {
+        swift_job_run(job, NULL, 0);
+    }
+}
+
+static inline __attribute__((always_inline)) void run_timed(swift_job *job, uint32_t where) {
+    if (__builtin_expect(t_depth > 0, 0)) {  // inside another job of this thread, which is the one timed
+        t_depth++;
+        run_job(job, where);
+        t_depth--;
+        return;
+    }
+    worker_probe *probe = t_probe;
+    if (__builtin_expect(probe == NULL, 0)) probe = register_worker();
+    const uint8_t *header = (const uint8_t *)job;
+    // Read before the job runs: it may be freed the moment it finishes.
+    uint32_t attributes = (uint32_t)header[JOB_KIND] | (uint32_t)header[JOB_PRIORITY] << 8 | where;
+    uint64_t task_id = swift_task_getJobTaskId(job);
+    uint64_t sequence = atomic_load_explicit(&probe->sequence, memory_order_relaxed);
+    uint64_t begin = monotonic_ns();
+    // The previous job's even sequence must be visible before this job's fields (a seqlock writer; on x86 only a
+    // compiler barrier).
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&probe->job_attributes, attributes, memory_order_relaxed);
+    atomic_store_explicit(&probe->task_id, task_id, memory_order_relaxed);
+    atomic_store_explicit(&probe->job_since, begin, memory_order_relaxed);
+    atomic_store_explicit(&probe->sequence, sequence + 1, memory_order_release);
+
+    t_depth = 1;
+    run_job(job, where);
+    t_depth = 0;
+
+    uint64_t end = monotonic_ns();
+    if (end - begin >= atomic_load_explicit(&g_state.threshold_ns, memory_order_relaxed)) {
+        uint64_t long_sequence = atomic_load_explicit(&probe->long_sequence, memory_order_relaxed);
+        atomic_store_explicit(&probe->long_sequence, long_sequence + 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_release);
+        atomic_store_explicit(&probe->long_job, (sequence + 2) / 2, memory_order_relaxed);
+        atomic_store_explicit(&probe->long_begin, begin, memory_order_relaxed);
+        atomic_store_explicit(&probe->long_end, end, memory_order_relaxed);
+        atomic_store_explicit(&probe->long_sequence, long_sequence + 2, memory_order_release);
+    }
+    atomic_store_explicit(&probe->sequence, sequence + 2, memory_order_release);
+}
+
+static void run_timed_job(void *context) {
+    run_timed(context, 0);
+}
+
+// A main-actor job, on the main queue: run on the main executor, as the runtime's own main executor runs it.
+static void run_timed_main_job(void *context) {
+    run_timed(context, JOB_ON_MAIN_ACTOR);
+}
+
+void cstallmon_concurrency_enqueue_main(void *job) {
+    // As the runtime's dispatch main executor: marks the job as enqueued on the main queue.
+    *(void **)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_1) = &_dispatch_main_q;
+    dispatch_async_f(&_dispatch_main_q, job, run_timed_main_job);
+}
+
+// MARK: - The hooks (any thread that enqueues a job)
+
+// The runtime's getGlobalQueue: one concurrent queue per priority, as wide as the machine has logical CPUs.
+static dispatch_queue_t queue_for(uint8_t priority) {
+    if (priority >= PRIORITY_COUNT) priority = 0;
+    dispatch_queue_t queue = atomic_load_explicit(&g_state.queues[priority], memory_order_acquire);
+    if (__builtin_expect(queue != NULL, 1)) return queue;
+    dispatch_queue_attr_t attributes =
+        dispatch_queue_attr_make_with_qos_class(&_dispatch_queue_attr_concurrent, priority, 0);
+    dispatch_queue_t created = dispatch_queue_create("Swift global concurrent queue (stallmon)", attributes);
+    dispatch_queue_set_width(created, QUEUE_WIDTH_LOGICAL_CPUS);
+    dispatch_queue_t expected = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&g_state.queues[priority], &expected, created, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        // Another thread created it first: this one stays unused (dispatch queues are never freed by the runtime
+        // either; a lost race costs one empty queue, once).
+        return expected;
+    }
+    return created;
+}
+
+static uint8_t job_priority(swift_job *job) {
+    return ((const uint8_t *)job)[JOB_PRIORITY];
+}
+
+static void prepare(swift_job *job) {
+    // As the runtime's dispatchEnqueue: marks the job as enqueued on the global executor.
+    *(void **)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_1) = (void *)1;
+}
+
+static SWIFTCC void enqueue_global(swift_job *job, enqueue_global_original original) {
+    (void)original;
+    prepare(job);
+    dispatch_async_f(queue_for(job_priority(job)), job, run_timed_job);
+}
+
+static void enqueue_after(int64_t delay_ns, swift_job *job) {
+    prepare(job);
+    dispatch_queue_t queue = queue_for(job_priority(job));
+    if (delay_ns <= 0) {
+        dispatch_async_f(queue, job, run_timed_job);
+    } else {
+        dispatch_after_f(dispatch_time(DISPATCH_TIME_NOW, delay_ns), queue, job, run_timed_job);
+    }
+}
+
+static SWIFTCC void enqueue_with_delay(unsigned long long delay, swift_job *job, enqueue_delay_original original) {
+    (void)original;
+    if (delay > (unsigned long long)INT64_MAX) {
+        prepare(job);
+        dispatch_after_f(DISPATCH_TIME_FOREVER, queue_for(job_priority(job)), job, run_timed_job);
+        return;
+    }
+    enqueue_after((int64_t)delay, job);
+}
+
+// A deadline on the job's own clock becomes a delay from now on that clock (the tolerance is not used: the job
+// runs on time rather than up to the tolerance late). A clock this code does not know goes to the runtime.
+static SWIFTCC void enqueue_with_deadline(long long sec, long long nsec, long long tsec, long long tnsec, int clock,
+                                          swift_job *job, enqueue_deadline_original original) {
+    (void)tsec;
+    (void)tnsec;
+    if (clock != SWIFT_CLOCK_CONTINUOUS && clock != SWIFT_CLOCK_SUSPENDING) {
+        original(sec, nsec, tsec, tnsec, clock, job);
+        return;
+    }
+    long long now_sec = 0, now_nsec = 0;
+    swift_get_time(&now_sec, &now_nsec, clock);
+    __int128 delay = ((__int128)sec - now_sec) * 1000000000 + ((__int128)nsec - now_nsec);
+    if (delay <= 0) {
+        enqueue_after(0, job);  // due already (or long ago: no narrowing of a huge negative delay)
+        return;
+    }
+    if (delay > INT64_MAX) {
+        prepare(job);
+        dispatch_after_f(DISPATCH_TIME_FOREVER, queue_for(job_priority(job)), job, run_timed_job);
+        return;
+    }
+    enqueue_after((int64_t)delay, job);
+}
+
+// MARK: - Install
+
+static bool swap_hook(void **variable, void *hook) {
+    void *expected = NULL;
+    return __atomic_compare_exchange_n(variable, &expected, hook, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+static void unswap_hook(void **variable, void *hook) {
+    void *expected = hook;
+    __atomic_compare_exchange_n(variable, &expected, NULL, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+cstallmon_concurrency_install_result cstallmon_concurrency_install(int sampling_signal, uint64_t threshold_ns) {
+    if (atomic_load_explicit(&g_state.installed, memory_order_acquire)) return CSTALLMON_CONCURRENCY_ALREADY;
+    void **global = &swift_task_enqueueGlobal_hook;
+    void **delay = &swift_task_enqueueGlobalWithDelay_hook;
+    void **deadline = &swift_task_enqueueGlobalWithDeadline_hook;
+    if (global == NULL || delay == NULL || deadline == NULL) return CSTALLMON_CONCURRENCY_NO_HOOKS;
+    if (pthread_key_create(&g_state.exit_key, worker_exited) != 0) return CSTALLMON_CONCURRENCY_NO_HOOKS;
+    atomic_store_explicit(&g_state.sampling_signal, sampling_signal, memory_order_relaxed);
+    atomic_store_explicit(&g_state.threshold_ns, threshold_ns, memory_order_relaxed);
+    enqueue_global_hook global_hook = enqueue_global;
+    enqueue_delay_hook delay_hook = enqueue_with_delay;
+    enqueue_deadline_hook deadline_hook = enqueue_with_deadline;
+    // Delayed hooks first: a job is only ever enqueued through one of ours once the global one is in.
+    if (!swap_hook(delay, (void *)delay_hook)) {
+        pthread_key_delete(g_state.exit_key);
+        return CSTALLMON_CONCURRENCY_HOOK_TAKEN;
+    }
+    if (!swap_hook(deadline, (void *)deadline_hook)) {
+        unswap_hook(delay, (void *)delay_hook);
+        pthread_key_delete(g_state.exit_key);
+        return CSTALLMON_CONCURRENCY_HOOK_TAKEN;
+    }
+    if (!swap_hook(global, (void *)global_hook)) {
+        unswap_hook(deadline, (void *)deadline_hook);
+        unswap_hook(delay, (void *)delay_hook);
+        pthread_key_delete(g_state.exit_key);
+        return CSTALLMON_CONCURRENCY_HOOK_TAKEN;
+    }
+    atomic_store_explicit(&g_state.installed, 1, memory_order_release);
+    return CSTALLMON_CONCURRENCY_INSTALLED;
+}
+
+int cstallmon_concurrency_installed(void) {
+    return atomic_load_explicit(&g_state.installed, memory_order_acquire);
+}
+
+void cstallmon_concurrency_configure(int sampling_signal, uint64_t threshold_ns) {
+    atomic_store_explicit(&g_state.sampling_signal, sampling_signal, memory_order_relaxed);
+    atomic_store_explicit(&g_state.threshold_ns, threshold_ns, memory_order_relaxed);
+}
+
+// MARK: - Reading (the watchdog thread; async-signal-safe)
+
+int cstallmon_worker_read(int index, cstallmon_worker_reading *out) {
+    memset(out, 0, sizeof *out);
+    if (index < 0 || index >= CSTALLMON_MAX_WORKERS) return 0;
+    worker_probe *probe = &g_state.probes[index];
+    uint32_t state = atomic_load_explicit(&probe->state, memory_order_acquire);
+    if (state == PROBE_FREE || state == PROBE_CLAIMING) return 0;
+    out->state = (state & PROBE_EXITING) ? 2 : 1;
+    out->generation = atomic_load_explicit(&probe->generation, memory_order_acquire);
+    out->tid = atomic_load_explicit(&probe->tid, memory_order_relaxed);
+    for (int attempt = 0; attempt < 64; attempt++) {
+        uint64_t before = atomic_load_explicit(&probe->sequence, memory_order_acquire);
+        uint64_t since = atomic_load_explicit(&probe->job_since, memory_order_relaxed);
+        uint64_t task_id = atomic_load_explicit(&probe->task_id, memory_order_relaxed);
+        uint32_t attributes = atomic_load_explicit(&probe->job_attributes, memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        uint64_t after = atomic_load_explicit(&probe->sequence, memory_order_relaxed);
+        if (before == after) {
+            out->sequence = before;
+            out->job_since = since;
+            out->task_id = task_id;
+            out->kind = (uint8_t)(attributes & 0xFF);
+            out->priority = (uint8_t)(attributes >> 8);
+            out->main_actor = (attributes & JOB_ON_MAIN_ACTOR) ? 1 : 0;
+            return 1;
+        }
+    }
+    // The worker runs jobs back to back faster than this reads: say it is between jobs.
+    out->sequence = atomic_load_explicit(&probe->sequence, memory_order_relaxed) & ~1ull;
+    return 1;
+}
+
+int cstallmon_worker_long_job(int index, uint64_t job, uint64_t *begin, uint64_t *end) {
+    if (index < 0 || index >= CSTALLMON_MAX_WORKERS) return 0;
+    worker_probe *probe = &g_state.probes[index];
+    for (int attempt = 0; attempt < 64; attempt++) {
+        uint64_t before = atomic_load_explicit(&probe->long_sequence, memory_order_acquire);
+        if (before & 1) continue;
+        uint64_t recorded = atomic_load_explicit(&probe->long_job, memory_order_relaxed);
+        uint64_t recorded_begin = atomic_load_explicit(&probe->long_begin, memory_order_relaxed);
+        uint64_t recorded_end = atomic_load_explicit(&probe->long_end, memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&probe->long_sequence, memory_order_relaxed) != before) continue;
+        if (recorded != job) return 0;
+        *begin = recorded_begin;
+        *end = recorded_end;
+        return 1;
+    }
+    return 0;
+}
+
+int cstallmon_worker_pin(int index, uint32_t generation) {
+    if (index < 0 || index >= CSTALLMON_MAX_WORKERS) return 0;
+    worker_probe *probe = &g_state.probes[index];
+    uint32_t expected = PROBE_ALIVE;
+    if (!atomic_compare_exchange_strong_explicit(&probe->state, &expected, PROBE_ALIVE | PROBE_PINNED,
+                                                 memory_order_acq_rel, memory_order_acquire)) {
+        return 0;
+    }
+    // Pinned: the thread cannot finish exiting now. Still the worker this caller means?
+    if (atomic_load_explicit(&probe->generation, memory_order_acquire) != generation) {
+        cstallmon_worker_unpin(index);
+        return 0;
+    }
+    return 1;
+}
+
+void cstallmon_worker_unpin(int index) {
+    if (index < 0 || index >= CSTALLMON_MAX_WORKERS) return;
+    atomic_fetch_and_explicit(&g_state.probes[index].state, ~(uint32_t)PROBE_PINNED, memory_order_release);
+}
+
+uint64_t cstallmon_concurrency_unwatched_workers(void) {
+    return atomic_load_explicit(&g_state.unwatched_workers, memory_order_relaxed);
+}
+
+uint64_t cstallmon_concurrency_jobs(void) {
+    uint64_t total = atomic_load_explicit(&g_state.jobs_of_exited_workers, memory_order_relaxed);
+    for (int index = 0; index < CSTALLMON_MAX_WORKERS; index++) {
+        worker_probe *probe = &g_state.probes[index];
+        uint32_t state = atomic_load_explicit(&probe->state, memory_order_acquire);
+        if (state == PROBE_FREE || state == PROBE_CLAIMING) continue;
+        total += atomic_load_explicit(&probe->sequence, memory_order_relaxed) / 2;
+    }
+    return total;
+}

@@ -1,0 +1,107 @@
+// CStallmonConcurrency: every job of Swift Concurrency's global executor timed, on the threads that run it today.
+//
+// Why this exists: on Linux the global executor is libdispatch: one concurrent queue per priority, as wide as the
+// machine has CPUs, and a job that blocks takes a whole worker away. Nothing in the runtime says when a job began
+// or how long it has run. The runtime consults `swift_task_enqueueGlobal_hook` (and its `WithDelay` and
+// `WithDeadline` siblings) before it enqueues a job; this target installs all three and does what the runtime's own
+// `DispatchGlobalExecutor.cpp` does (the same queues: one per priority, created with the job's priority as QoS and
+// `dispatch_queue_set_width(q, -3)`, the runtime's "as many as logical CPUs"; `dispatch_async_f`; the job run with
+// `swift_job_run` on the generic executor), with one difference: the function dispatch calls stamps the worker's
+// probe before and after the job. Per job that is two CLOCK_MONOTONIC reads (vDSO) and a few relaxed or release
+// stores; no lock, allocation or system call.
+//
+// Worker threads come and go (libdispatch retires a worker idle for 5 s): a worker claims a probe on its first job
+// (one gettid, one pthread_sigmask to unblock the sampling signal, which libdispatch blocks on its workers, and one
+// pthread_setspecific), and gives it back when it exits. A probe the monitor is signalling is pinned: the exiting
+// thread waits (bounded) until the pin is gone, so a thread id is never signalled after its thread exited and the
+// number may have been reused.
+#ifndef CSTALLMON_CONCURRENCY_H
+#define CSTALLMON_CONCURRENCY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// How many workers can be watched at once (probes are preallocated; a worker beyond this runs its jobs unwatched
+/// and is counted in `cstallmon_concurrency_unwatched_workers`).
+#define CSTALLMON_MAX_WORKERS 256
+
+/// Outcome of `cstallmon_concurrency_install`.
+typedef enum {
+    CSTALLMON_CONCURRENCY_INSTALLED = 0,
+    /// Another party (NIO's executor take-over, say) already set one of the hooks; nothing was changed.
+    CSTALLMON_CONCURRENCY_HOOK_TAKEN = 1,
+    /// This process's Swift runtime has no such hooks (too old, or not linked).
+    CSTALLMON_CONCURRENCY_NO_HOOKS = 2,
+    /// Already installed by this target (the hooks stay; one install per process).
+    CSTALLMON_CONCURRENCY_ALREADY = 3,
+} cstallmon_concurrency_install_result;
+
+/// Installs the three global-enqueue hooks, each with a compare-and-swap from NULL, so another owner is never
+/// overwritten (when one of them is taken, the ones this call set are put back). `sampling_signal` is unblocked on
+/// each worker at its first job (0: leave the mask alone). `threshold_ns`: a job that ran at least this long leaves
+/// an exact record of its begin and end (see `cstallmon_worker_long_job`). NOT async-signal-safe (dlsym, pthread
+/// keys).
+cstallmon_concurrency_install_result cstallmon_concurrency_install(int sampling_signal, uint64_t threshold_ns);
+
+/// Whether this target's hooks are installed. Async-signal-safe.
+int cstallmon_concurrency_installed(void);
+
+/// One look at a worker's probe, consistent (a seqlock read).
+typedef struct {
+    /// 0: the probe is free (no worker); 1: a live worker; 2: its thread is exiting.
+    int32_t state;
+    int32_t tid;
+    /// Bumped each time a new thread claims the probe, so a reader can tell a new worker in the same probe.
+    uint32_t generation;
+    /// The job's priority (the runtime's JobPriority: 0x21 user-initiated … 0x09 background, 0 unspecified) and
+    /// kind (0: a task; other values: an actor's drain job or another kind of job).
+    uint8_t priority;
+    uint8_t kind;
+    /// 1: the job runs on the main actor (see `cstallmon_concurrency_enqueue_main`); 0: the global executor.
+    uint8_t main_actor;
+    /// Odd while a job runs; jobs completed = sequence / 2.
+    uint64_t sequence;
+    /// CLOCK_MONOTONIC ns when the running job began (meaningful while `sequence` is odd).
+    uint64_t job_since;
+    /// The running job's task id (`swift_task_getJobTaskId`: the task's id, or the job's own for other jobs).
+    uint64_t task_id;
+} cstallmon_worker_reading;
+
+/// Enqueues a main-actor job on the main queue, as the runtime's own main executor does (`dispatch_async_f` on the
+/// main queue), to be run on the main executor and timed in the probe of the worker that drains the main queue (on
+/// Linux, after `dispatch_main()`, a libdispatch worker). For stallmon's own `MainExecutor`. NOT async-signal-safe.
+void cstallmon_concurrency_enqueue_main(void *job);
+
+/// Reads probe `index` (0 ..< CSTALLMON_MAX_WORKERS). Returns 0 when the probe is free, 1 otherwise. Async-signal-safe.
+int cstallmon_worker_read(int index, cstallmon_worker_reading *out);
+
+/// The exact begin and end of job number `job` (1-based, = (sequence + 1) / 2 while it ran) of probe `index`, if it
+/// was the probe's most recent job to run for at least the threshold and the record still holds it. Returns 1 and
+/// fills both, or 0. Async-signal-safe.
+int cstallmon_worker_long_job(int index, uint64_t job, uint64_t *begin, uint64_t *end);
+
+/// Pins probe `index` while its worker is signalled: succeeds (1) only while that worker of `generation` is alive;
+/// the worker's thread then cannot finish exiting until `cstallmon_worker_unpin`. One pin at a time (the watchdog
+/// thread). Async-signal-safe.
+int cstallmon_worker_pin(int index, uint32_t generation);
+void cstallmon_worker_unpin(int index);
+
+/// How many workers ran jobs unwatched because every probe was taken. Async-signal-safe.
+uint64_t cstallmon_concurrency_unwatched_workers(void);
+
+/// Jobs timed so far by the hooks, over all workers (relaxed; for tests and statistics). Async-signal-safe.
+uint64_t cstallmon_concurrency_jobs(void);
+
+/// Changes the sampling signal workers unblock at their first job and the long-job threshold (a new monitor after
+/// a stopped one). Async-signal-safe.
+void cstallmon_concurrency_configure(int sampling_signal, uint64_t threshold_ns);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,156 @@
+import CStallmonCapture
+import CStallmonConcurrency
+import Logging
+import StallmonReport
+import Synchronization
+
+/// Watches Swift Concurrency's global executor for stalls: jobs (an `async` function's run between two suspension
+/// points, a task group's child, an actor's work) that hold a worker thread for longer than the threshold.
+///
+/// On Linux the global executor is a pool of one thread per core: a handler that blocks in it (a synchronous read,
+/// a mutex, a CPU-heavy encode, `usleep`) takes a whole worker away. This is where Hummingbird 2 route handlers,
+/// Vapor 4 `async` routes, gRPC-swift 2 handlers and every actor without a custom executor run.
+///
+/// ```swift
+/// @main struct Service {
+///     static func main() async throws {
+///         let monitor = try ConcurrencyStallMonitor(configuration: .init(threshold: .milliseconds(100)))
+///         monitor.start()
+///         defer { monitor.stop() }
+///         try await runTheService()
+///     }
+/// }
+/// ```
+///
+/// Creating the monitor installs the runtime's global-enqueue hooks (`swift_task_enqueueGlobal_hook` and its
+/// `WithDelay`/`WithDeadline` siblings) and from then on runs every job the way the runtime's own executor does (the
+/// same per-priority dispatch queues, as wide as the machine has CPUs), stamping the worker's probe before and after
+/// it: two clock reads and a few stores per job. Create it first thing in `main`, before tasks run: jobs enqueued
+/// before it run untimed, and the main actor's executor may only be replaced while no other thread uses it (created
+/// later, pass `mainActor: false`). The hooks stay installed for the life of the process (jobs keep running on the same queues after
+/// `stop()`, timed by nobody); one monitor at a time per process, and a later one after `stop()` takes over.
+///
+/// A stall report is what a loop's stall gets (samples for as long as it lasts, class, what it waited on, a lock
+/// holder's stack, signature, rate limit, events), with `loop` the pool's name, `thread` the worker, and `job` the
+/// job's priority, task id and kind.
+public final class ConcurrencyStallMonitor: Sendable {
+    /// The name reports give the pool (`loop`).
+    public let name: String
+    /// The validated configuration in effect.
+    public let configuration: StallMonitorConfiguration
+    /// Where written reports go next (StallmonUpload's `UploadSink`, or your own).
+    public let sinks: [any StallReportSink]
+    private let watch: LoopWatch
+    private let owner = Atomic<Bool>(true)
+    /// Whether the main actor's jobs are timed (see `init`'s `mainActor`).
+    public let mainActorTimed: Bool
+
+    /// One live monitor per process: the hooks feed a single set of worker probes.
+    private static let live = Atomic<Bool>(false)
+
+    /// Validates `configuration`, takes the sampling signal and installs the global executor's hooks. Throws when a
+    /// value is invalid, the signal is taken, another `ConcurrencyStallMonitor` is live, or another party already
+    /// owns the global executor's hooks (SwiftNIO's executor take-over: the jobs then run on NIO's event loops,
+    /// which `NIOStallMonitor` watches).
+    ///
+    /// `mainActor`: also time the main actor's jobs (reports with `loop` = `mainActorName`, `job.executor` =
+    /// `main`), by giving the main actor a timed executor through the runtime's executor factory (see the README on
+    /// how stable that is). Skipped, with a warning logged, when the main actor already has a custom executor.
+    public init(name: String = "swift-global-executor",
+                configuration: StallMonitorConfiguration = StallMonitorConfiguration(),
+                logger: Logger = Logger(label: "stallmon"),
+                sinks: [any StallReportSink] = [],
+                mainActor: Bool = true, mainActorName: String = "main-actor") throws(StallMonitorError) {
+        guard !Self.live.exchange(true, ordering: .acquiringAndReleasing) else {
+            throw StallMonitorError(description: """
+                stallmon: another ConcurrencyStallMonitor is watching this process's global executor; stop it first
+                """)
+        }
+        do throws(StallMonitorError) {
+            try LoopWatch.check(configuration, sinks: sinks)
+            let signalNumber: Int32
+            do {
+                signalNumber = try configuration.signal.resolve()
+            } catch {
+                throw StallMonitorError(description: error.description)
+            }
+            // The watch first: it takes the sampling signal (or says who has it) before the hooks are set to it.
+            let created = try LoopWatch(name: name, configuration: configuration, logger: logger, sinks: sinks,
+                                        makeWatchdog: { client, writer in
+                                            GlobalExecutorWatchdog(poolName: name, mainActorName: mainActorName,
+                                                                   client: client, writer: writer)
+                                        })
+            do throws(StallMonitorError) {
+                try Self.installHooks(signal: signalNumber, threshold: configuration.threshold)
+            } catch {
+                created.stop()
+                throw error
+            }
+            watch = created
+        } catch {
+            Self.live.store(false, ordering: .releasing)
+            throw error
+        }
+        if mainActor, let reason = TimedExecutorFactory.install() {
+            logger.warning("stallmon: \(reason)")
+        }
+        mainActorTimed = mainActor && TimedExecutorFactory.timedMainExecutor != nil
+        self.name = name
+        self.configuration = configuration
+        self.sinks = sinks
+    }
+
+    deinit {
+        stop()
+    }
+
+    private static func installHooks(signal: Int32, threshold: Duration) throws(StallMonitorError) {
+        let thresholdNanoseconds = UInt64(threshold.nanosecondsClamped)
+        switch cstallmon_concurrency_install(signal, thresholdNanoseconds) {
+        case CSTALLMON_CONCURRENCY_INSTALLED:
+            return
+        case CSTALLMON_CONCURRENCY_ALREADY:
+            cstallmon_concurrency_configure(signal, thresholdNanoseconds)  // a monitor after a stopped one
+        case CSTALLMON_CONCURRENCY_HOOK_TAKEN:
+            throw StallMonitorError(description: """
+                stallmon: Swift Concurrency's global executor hook (swift_task_enqueueGlobal_hook) is already taken, \
+                by SwiftNIO's executor take-over (NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAs\
+                ConcurrencyGlobalExecutor) or another library; its jobs run where that owner runs them. For NIO's \
+                take-over they run on NIO's event loops: watch those with NIOStallMonitor
+                """)
+        default:
+            throw StallMonitorError(description: """
+                stallmon: this process's Swift runtime has no global executor hooks \
+                (swift_task_enqueueGlobal_hook); async code cannot be watched
+                """)
+        }
+    }
+
+    /// Starts watching: creates the report directory (0700) if missing, starts the watchdog and writer threads.
+    /// Calling it again does nothing; a stopped monitor cannot be restarted (create a new one).
+    public func start() {
+        watch.start()
+    }
+
+    /// Stops watching: joins the watchdog (a stall in progress is written as ongoing), waits until the pool's
+    /// reports are written, stops the sinks no other monitor still uses (up to 2 s each). Jobs keep running on the
+    /// same queues. Idempotent. Blocks: from async code, call it off the cooperative pool (`StallMonitorService`
+    /// does).
+    public func stop() {
+        watch.stop()
+        if owner.exchange(false, ordering: .acquiringAndReleasing) {
+            Self.live.store(false, ordering: .releasing)
+        }
+    }
+
+    /// Counters since the monitor was created (stalls, reports, samples, …). `loop` is empty: a pool has no
+    /// iterations of its own.
+    public var statistics: StallMonitorStatistics {
+        watch.statistics
+    }
+
+    /// Jobs run through the hooks so far, by every worker (whether or not a monitor was running then).
+    public static var jobsTimed: UInt64 {
+        cstallmon_concurrency_jobs()
+    }
+}

@@ -1,0 +1,233 @@
+import CStallmonCapture
+import CStallmonConcurrency
+import Logging
+import Metrics
+import StallmonLoop
+import StallmonReport
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The watchdog thread of the global executor: every pass reads each worker's probe (`CStallmonConcurrency`), and
+/// a `StallTracker` per worker decides, samples and reports, exactly as for a loop thread. A worker's capture slot
+/// is borrowed when its stall begins and returned when it ends, and the worker is pinned while it is signalled, so
+/// its thread cannot finish exiting (and its id cannot be reused) meanwhile.
+final class GlobalExecutorWatchdog: WatchdogThread {
+    private let poolName: String
+    /// The `loop` of a main-actor job's report: the main actor is no pool, though a pool's worker runs it.
+    private let mainActorName: String
+    private let client: ReportClient
+    private let writer: ReportWriter
+    private let stopSignal = WakeSignal()
+    var setupError: FileError? { stopSignal.creationError }
+    private let stopping = Atomic<Bool>(false)
+    private let thread = Mutex<PosixThread?>(nil)
+    private let stallCounter: Counter
+    private let stallDuration: Metrics.Timer
+
+    init(poolName: String, mainActorName: String, client: ReportClient, writer: ReportWriter) {
+        self.poolName = poolName
+        self.mainActorName = mainActorName
+        self.client = client
+        self.writer = writer
+        stallCounter = Counter(label: "stallmon_stalls_total", dimensions: [("loop", poolName)])
+        stallDuration = Metrics.Timer(label: "stallmon_stall_duration", dimensions: [("loop", poolName)])
+    }
+
+    func start() -> Bool {
+        let started = PosixThread.start(name: "stallmon-pool") { [self] in run() }
+        thread.withLock { $0 = started }
+        return started != nil
+    }
+
+    func stop() {
+        stopping.store(true, ordering: .releasing)
+        stopSignal.wake()
+        let running = thread.withLock { thread in
+            defer { thread = nil }
+            return thread
+        }
+        running?.join()
+    }
+
+    // MARK: - Watchdog thread
+
+    /// One worker as this thread knows it: a thread in a probe (a new thread in the same probe is a new worker).
+    private final class Worker {
+        let index: Int32
+        let generation: UInt32
+        let tid: Int32
+        let tracker: StallTracker
+        var capturer: StackCapturer?
+        /// The job's attributes when its stall began.
+        var job: StallReport.Job?
+
+        init(index: Int32, generation: UInt32, tid: Int32, tracker: StallTracker) {
+            self.index = index
+            self.generation = generation
+            self.tid = tid
+            self.tracker = tracker
+        }
+    }
+
+    private func run() {
+        let configuration = client.configuration
+        let detectorConfiguration = StallTracker.detectorConfiguration(configuration)
+        var freezeWatch = FreezeWatch(thresholdNanoseconds: detectorConfiguration.threshold)
+        var workers: [Int32: Worker] = [:]
+        let lender = SlotLender(maxFrames: configuration.maxFrames, timeout: configuration.captureTimeout)
+
+        while !stopping.load(ordering: .acquiring) {
+            let now = cstallmon_monotonic_ns()
+            if let frozen = freezeWatch.passBegins(now: now) {
+                client.counters.freezes.wrappingAdd(1, ordering: .relaxed)
+                writer.submit(.frozen(loopName: poolName, nanoseconds: frozen), from: client)
+            }
+            var wakeAt = now + detectorConfiguration.idlePoll
+            var waitedForACapture = false
+            for index in Int32(0)..<Int32(CSTALLMON_MAX_WORKERS) {
+                var probe = cstallmon_worker_reading()
+                let present = cstallmon_worker_read(index, &probe) == 1
+                var worker = workers[index]
+                if let known = worker, !present || known.generation != probe.generation {
+                    // The thread exited (its last job ended before it did): a stall in progress ends now.
+                    let (_, waited) = step(known, .idle(completedIterations: 0), now: now,
+                                           freezes: freezeWatch.freezes, lender: lender, retired: true)
+                    waitedForACapture = waitedForACapture || waited
+                    lender.giveBack(&known.capturer)
+                    workers[index] = nil
+                    worker = nil
+                }
+                guard present else { continue }
+                if worker == nil {
+                    let tracker = StallTracker(loopName: poolName, client: client, writer: writer, annotations: nil,
+                                               stallCounter: stallCounter, stallDuration: stallDuration)
+                    let created = Worker(index: index, generation: probe.generation, tid: probe.tid, tracker: tracker)
+                    workers[index] = created
+                    worker = created
+                }
+                guard let worker else { continue }
+                let reading = Self.reading(probe)
+                // The job's attributes, for the stall it may become: refreshed for every job but the one already
+                // stalled (a next job that crosses the threshold in the pass that ends the previous stall is its own).
+                if case .busy(let iteration, _) = reading, !worker.tracker.isTracking(iteration: iteration) {
+                    worker.job = StallReport.Job(
+                        executor: probe.main_actor == 1 ? "main" : "global",
+                        priority: StallReport.Job.priorityName(probe.priority),
+                        taskId: probe.kind == 0 ? probe.task_id : nil, kind: StallReport.Job.kindName(probe.kind))
+                }
+                let (workerWake, waited) = step(worker, reading, now: now, freezes: freezeWatch.freezes,
+                                                lender: lender)
+                waitedForACapture = waitedForACapture || waited
+                wakeAt = min(wakeAt, workerWake)
+                if !worker.tracker.isStalled { lender.giveBack(&worker.capturer) }
+            }
+            if let frozen = freezeWatch.passEnds(began: now, waitedForACapture: waitedForACapture, wakeAt: wakeAt) {
+                client.counters.freezes.wrappingAdd(1, ordering: .relaxed)
+                writer.submit(.frozen(loopName: poolName, nanoseconds: frozen), from: client)
+            }
+            stopSignal.wait(until: wakeAt)
+        }
+        // Stopping: a stall whose job ends within a short grace (stop() often comes right after the work that
+        // stalled, while its worker is still finishing the job) is finished as usual; one still going on after it
+        // is left as an ongoing report.
+        let grace = cstallmon_monotonic_ns() + min(UInt64(50_000_000), detectorConfiguration.threshold)
+        var stalled = workers.values.filter(\.tracker.isStalled)
+        while !stalled.isEmpty {
+            let now = cstallmon_monotonic_ns()
+            for worker in stalled {
+                var probe = cstallmon_worker_reading()
+                guard cstallmon_worker_read(worker.index, &probe) == 1, probe.generation == worker.generation,
+                      probe.sequence & 1 == 0 || !worker.tracker.isTracking(iteration: (probe.sequence + 1) / 2)
+                else { continue }
+                _ = step(worker, Self.reading(probe), now: now, freezes: freezeWatch.freezes, lender: lender)
+            }
+            stalled.removeAll { !$0.tracker.isStalled }
+            if now >= grace { break }
+            usleep(1000)
+        }
+        for worker in workers.values {
+            worker.tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: worker.tid)
+            lender.giveBack(&worker.capturer)
+        }
+    }
+
+    /// A worker's probe as the detector reads a loop's: a job is an iteration.
+    private static func reading(_ probe: cstallmon_worker_reading) -> LoopProbe.Reading {
+        probe.sequence & 1 == 1
+            ? .busy(iteration: (probe.sequence + 1) / 2, since: probe.job_since)
+            : .idle(completedIterations: probe.sequence / 2)
+    }
+
+    private func step(_ worker: Worker, _ reading: LoopProbe.Reading, now: UInt64, freezes: FreezeTracker,
+                      lender: SlotLender, retired: Bool = false) -> (wakeAt: UInt64, waitedForACapture: Bool) {
+        let index = worker.index
+        let generation = worker.generation
+        let tid = worker.tid
+        var lent = worker.capturer
+        let capture: (UInt32) -> RawSample = { label in
+            // Pinned while signalled: the thread cannot finish exiting, so `tid` is still this worker's.
+            guard cstallmon_worker_pin(index, generation) == 1 else {
+                return RawSample(capturedAt: cstallmon_monotonic_ns(), status: .signalFailed, frames: [],
+                                 truncated: false, pauseNanoseconds: 0, labelID: label)
+            }
+            defer { cstallmon_worker_unpin(index) }
+            guard let capturer = lent ?? lender.borrow(for: tid) else {
+                return RawSample(capturedAt: cstallmon_monotonic_ns(), status: .notReady, frames: [],
+                                 truncated: false, pauseNanoseconds: 0, labelID: label)
+            }
+            lent = capturer
+            return capturer.capture(labelID: label)
+        }
+        let job = worker.job
+        let loopName = job?.executor == "main" ? mainActorName : poolName
+        let target = StallTracker.Target(
+            tid: tid, capture: capture,
+            longIterationRecord: { iteration in
+                // A retired worker's probe may already be another thread's: its record is not this job's.
+                guard !retired else { return nil }
+                var begin: UInt64 = 0
+                var end: UInt64 = 0
+                guard cstallmon_worker_long_job(index, iteration, &begin, &end) == 1 else { return nil }
+                return (begin, end)
+            },
+            describe: { snapshot in
+                snapshot.job = job
+                snapshot.loopName = loopName
+            },
+            isAlive: !retired)
+        let result = worker.tracker.step(reading, now: now, target: target, freezes: freezes)
+        worker.capturer = lent
+        return result
+    }
+}
+
+/// Capture slots borrowed for workers while they stall. A slot returned while a handler may still be owed on it
+/// is kept aside until that handler ran or the thread exited (`cstallmon_slot_reap`), and at most `maxOwedSlots`
+/// are: a worker that keeps the signal blocked cannot use up the process's slots.
+final class SlotLender {
+    static let maxOwedSlots = 8
+    let maxFrames: Int
+    let timeout: Duration
+    private var owedSlots: [Int32] = []
+
+    init(maxFrames: Int, timeout: Duration) {
+        self.maxFrames = maxFrames
+        self.timeout = timeout
+    }
+
+    func borrow(for tid: Int32) -> StackCapturer? {
+        owedSlots.removeAll { cstallmon_slot_reap($0) == 1 }
+        guard owedSlots.count < Self.maxOwedSlots else { return nil }
+        let slot = cstallmon_slot_acquire(tid)
+        guard slot >= 0 else { return nil }
+        return StackCapturer(slot: slot, maxFrames: maxFrames, timeout: timeout)
+    }
+
+    func giveBack(_ capturer: inout StackCapturer?) {
+        guard let slot = capturer?.slot else { return }
+        capturer = nil
+        if cstallmon_slot_release(slot) == 0 { owedSlots.append(slot) }
+    }
+}

@@ -1,0 +1,242 @@
+// A child process for the tests of ConcurrencyStallMonitor: plain Swift Concurrency (tasks, task groups, actors) that
+// stalls the global executor's workers in named functions, for real, and prints what each job measured itself.
+//
+//   stallmon-async-fixture SCENARIO REPORT_DIR [THRESHOLD_MS]
+//
+// Each line it prints on stdout is `measured NAME MILLISECONDS TID` (what a stalling job measured around its own
+// stall) or `error MESSAGE`. Exit status: 0 done, 3 the monitor could not be created (message on stderr).
+import CStallmonCapture
+import Foundation
+import Glibc
+import NIOCore
+import NIOPosix
+import Stallmon
+import Synchronization
+
+let arguments = CommandLine.arguments
+guard arguments.count >= 3 else {
+    FileHandle.standardError.write(Data("usage: stallmon-async-fixture SCENARIO REPORT_DIR [THRESHOLD_MS]\n".utf8))
+    exit(64)
+}
+let scenario = arguments[1]
+let reportDirectory = arguments[2]
+let thresholdMs = arguments.count > 3 ? Int(arguments[3]) ?? 100 : 100
+
+@Sendable func say(_ line: String) {
+    print(line)
+    fflush(nil)
+}
+
+func makeMonitor(mainActor: Bool = true) -> ConcurrencyStallMonitor {
+    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs), reportDirectory: reportDirectory)
+    configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
+    configuration.interimAfter = .seconds(10)
+    do {
+        return try ConcurrencyStallMonitor(configuration: configuration, mainActor: mainActor)
+    } catch {
+        FileHandle.standardError.write(Data("\(error)\n".utf8))
+        exit(3)
+    }
+}
+
+@Sendable func now() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+}
+
+/// What the stalling jobs measured, printed at the end (printing inside a job would add its own time to the job).
+let measurements = Mutex<[String]>([])
+
+/// Runs `body` and records how long it took on this thread.
+@Sendable func measured(_ name: String, _ body: () -> Void) {
+    let start = now()
+    body()
+    let end = now()
+    let tid = cstallmon_gettid()
+    measurements.withLock { $0.append("measured \(name) \(Double(end - start) / 1e6) \(tid)") }
+}
+
+/// Prints the measurements so far.
+@Sendable func report() {
+    for line in measurements.withLock({ $0 }) { say(line) }
+}
+
+enum AsyncStalls {
+    @inline(never)
+    static func spinCPU(milliseconds: Int) -> Int {
+        let end = now() + UInt64(milliseconds) * 1_000_000
+        var count = 0
+        var candidate = 2
+        while now() < end {
+            var prime = true
+            var divisor = 2
+            while divisor * divisor <= candidate {
+                if candidate % divisor == 0 { prime = false; break }
+                divisor += 1
+            }
+            if prime { count += 1 }
+            candidate += 1
+        }
+        return count
+    }
+
+    @inline(never)
+    static func blockingSleep(milliseconds: Int) {
+        // Retries EINTR, as code must under any signal (the sampling signal interrupts nanosleep).
+        var request = timespec(tv_sec: milliseconds / 1000, tv_nsec: (milliseconds % 1000) * 1_000_000)
+        var remaining = timespec()
+        while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+    }
+}
+
+/// A mutex another (named) thread holds while the actor waits for it.
+final class HeldLock: @unchecked Sendable {
+    private var mutex = pthread_mutex_t()
+
+    init() {
+        pthread_mutex_init(&mutex, nil)
+    }
+
+    /// Holds the lock on a thread named `fixture-holder` for `milliseconds`; returns once it is held.
+    func holdOnAnotherThread(milliseconds: Int) {
+        let held = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            Thread.current.name = "fixture-holder"  // Foundation names the kernel thread too
+            pthread_mutex_lock(&self.mutex)
+            say("holder \(cstallmon_gettid())")
+            held.signal()
+            AsyncStalls.blockingSleep(milliseconds: milliseconds)
+            pthread_mutex_unlock(&self.mutex)
+        }
+        thread.start()
+        held.wait()
+    }
+
+    @inline(never)
+    func acquireAndRelease() {
+        pthread_mutex_lock(&mutex)
+        pthread_mutex_unlock(&mutex)
+    }
+}
+
+actor Ledger {
+    let lock = HeldLock()
+
+    @inline(never)
+    func waitForLock() {
+        measured("lock") { lock.acquireAndRelease() }
+    }
+}
+
+enum MainActorWork {
+    @MainActor @inline(never)
+    static func blockOnTheMainActor(milliseconds: Int) {
+        measured("mainsleep") { AsyncStalls.blockingSleep(milliseconds: milliseconds) }
+    }
+}
+
+switch scenario {
+case "stalls":
+    // One of each kind, one after the other, then near misses that must not be reported.
+    let monitor = makeMonitor()
+    monitor.start()
+    await Task.detached { measured("cpu") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) } }.value
+    try? await Task.sleep(for: .milliseconds(50))
+    await withTaskGroup(of: Void.self) { group in
+        group.addTask { measured("sleep") { AsyncStalls.blockingSleep(milliseconds: 5 * thresholdMs / 2) } }
+    }
+    try? await Task.sleep(for: .milliseconds(50))
+    let ledger = Ledger()
+    ledger.lock.holdOnAnotherThread(milliseconds: 3 * thresholdMs)
+    await ledger.waitForLock()
+    try? await Task.sleep(for: .milliseconds(50))
+    for _ in 0..<5 {
+        await Task.detached { measured("nearmiss") { _ = AsyncStalls.spinCPU(milliseconds: thresholdMs * 6 / 10) } }
+            .value
+        try? await Task.sleep(for: .milliseconds(20))
+    }
+    try? await Task.sleep(for: .milliseconds(200))
+    monitor.stop()
+    say("jobs \(ConcurrencyStallMonitor.jobsTimed)")
+
+case "main-actor":
+    // `await MainActor.run` of an async main, from a task off the main actor, and a @MainActor function.
+    let monitor = makeMonitor()
+    monitor.start()
+    say("mainActorTimed \(monitor.mainActorTimed)")
+    await Task.detached {
+        await MainActor.run { measured("main") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) } }
+    }.value
+    try? await Task.sleep(for: .milliseconds(50))
+    await Task.detached { await MainActorWork.blockOnTheMainActor(milliseconds: 2 * thresholdMs) }.value
+    try? await Task.sleep(for: .milliseconds(200))
+    monitor.stop()
+
+case "late":
+    // Switched on late, from inside a task on a worker, after thousands of jobs ran untimed (the main actor's
+    // executor is left alone: it may only be replaced while no other thread uses it).
+    await withTaskGroup(of: Int.self) { group in
+        for index in 0..<2000 { group.addTask { index &* 7 } }
+        for await _ in group {}
+    }
+    let monitor = await Task.detached { makeMonitor(mainActor: false) }.value
+    monitor.start()
+    await Task.detached { measured("cpu") { _ = AsyncStalls.spinCPU(milliseconds: 2 * thresholdMs) } }.value
+    monitor.stop()
+
+case "idle":
+    let monitor = makeMonitor()
+    monitor.start()
+    for _ in 0..<100 { try? await Task.sleep(for: .milliseconds(10)) }
+    monitor.stop()
+    say("jobs \(ConcurrencyStallMonitor.jobsTimed)")
+
+case "churn":
+    // Thousands of short tasks, long idle gaps in which libdispatch retires its workers (5 s idle), new workers
+    // after them, and a stall after each gap.
+    let monitor = makeMonitor()
+    monitor.start()
+    for round in 0..<2 {
+        await withTaskGroup(of: Int.self) { group in
+            for index in 0..<5000 { group.addTask { index &* 31 } }
+            for await _ in group {}
+        }
+        await Task.detached { measured("churn\(round)") { _ = AsyncStalls.spinCPU(milliseconds: 2 * thresholdMs) } }
+            .value
+        try? await Task.sleep(for: .seconds(6))
+    }
+    monitor.stop()
+    say("jobs \(ConcurrencyStallMonitor.jobsTimed)")
+
+case "twice":
+    let first = makeMonitor()
+    do {
+        _ = try ConcurrencyStallMonitor(configuration: first.configuration)
+        say("error a second monitor was created")
+    } catch {
+        say("refused \(error)")
+    }
+    first.stop()
+    // After stop(), a new one takes over.
+    let second = makeMonitor()
+    second.start()
+    await Task.detached { measured("cpu") { _ = AsyncStalls.spinCPU(milliseconds: 2 * thresholdMs) } }.value
+    second.stop()
+
+case "nio-takeover":
+    // NIO's executor take-over first: the global executor's hook is then NIO's.
+    guard NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor() else {
+        say("error NIO's take-over did not install")
+        exit(4)
+    }
+    _ = makeMonitor()
+    say("error the monitor was created")
+
+default:
+    FileHandle.standardError.write(Data("unknown scenario \(scenario)\n".utf8))
+    exit(64)
+}
+
+// What the jobs measured, now that they are done.
+report()

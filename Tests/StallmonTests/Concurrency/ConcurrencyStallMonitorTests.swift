@@ -1,0 +1,192 @@
+import Foundation
+import StallmonReport
+import StallmonTestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `ConcurrencyStallMonitor` on real Swift Concurrency: child processes (`stallmon-async-fixture`) whose tasks, task
+/// groups, actors and main-actor code block the global executor's workers in named functions, each job measuring
+/// its own stall. The hooks are process-wide, so each scenario runs in a process of its own.
+@Suite("Swift Concurrency's global executor and the main actor", .serialized)
+struct ConcurrencyStallMonitorTests {
+    struct Run {
+        let status: Int32?
+        let output: String
+        let errors: String
+        let directory: String
+        let reports: [StallReport]
+
+        /// `measured NAME MS TID` lines, by name.
+        var measured: [String: (milliseconds: Double, tid: Int32)] {
+            var result: [String: (Double, Int32)] = [:]
+            for line in output.split(separator: "\n") where line.hasPrefix("measured ") {
+                let parts = line.split(separator: " ")
+                guard parts.count == 4, let ms = Double(parts[2]), let tid = Int32(parts[3]) else { continue }
+                result[String(parts[1])] = (ms, tid)
+            }
+            return result
+        }
+
+        func value(_ key: String) -> String? {
+            output.split(separator: "\n").first { $0.hasPrefix(key + " ") }.map { String($0.dropFirst(key.count + 1)) }
+        }
+
+        func report(topFrameContaining name: String) -> StallReport? {
+            reports.first { $0.topFrame?.symbol.contains(name) == true }
+        }
+
+        var events: [StallEvent] {
+            let text = (try? String(contentsOfFile: directory + "/events.jsonl", encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").compactMap { try? JSONDecoder().decode(StallEvent.self, from: Data($0.utf8)) }
+        }
+    }
+
+    static func run(_ scenario: String, thresholdMs: Int = 100, timeout: Duration = .seconds(60)) async throws -> Run {
+        let executable = try StallmonExecutable.url(named: "stallmon-async-fixture").path
+        let root = makeTemporaryDirectory("async-\(scenario)")
+        let directory = root + "/reports"
+        let output = root + "/out"
+        let errors = root + "/err"
+        let status = try await offThePool { () -> Int32? in
+            guard let child = try? ChildProcess(executable, [scenario, directory, String(thresholdMs)],
+                                                environment: StallmonExecutable.environment(), stdoutPath: output,
+                                                stderrPath: errors) else { return nil }
+            guard child.wait(timeout: timeout) else {
+                child.kill()
+                return nil
+            }
+            return child.exitCode
+        }
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        let reports = names.filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }.sorted()
+            .compactMap { try? ReportReader.read(directory + "/" + $0) }
+        return Run(status: status, output: (try? String(contentsOfFile: output, encoding: .utf8)) ?? "",
+                   errors: (try? String(contentsOfFile: errors, encoding: .utf8)) ?? "", directory: directory,
+                   reports: reports)
+    }
+
+    /// The report of the job named `name` in `run`: the right function on top, the worker's tid, and the duration
+    /// within 2 ms of what the job measured itself.
+    static func check(_ run: Run, job name: String, topFrame: String, loop: String, executor: String,
+                      stallClass: StallClass) -> StallReport? {
+        // A CPU-bound job on a loaded machine (the whole suite runs beside it on 2 cores) may wait for a CPU longer
+        // than it runs: then it is starved, which is right too.
+        let classes: Set<StallClass> = stallClass == .cpu ? [.cpu, .starved] : [stallClass]
+        guard let measured = run.measured[name] else {
+            Issue.record("the job \(name) measured nothing: \(run.output) \(run.errors)")
+            return nil
+        }
+        guard let report = run.report(topFrameContaining: topFrame) else {
+            Issue.record("no report tops \(topFrame): \(run.reports.map { $0.topFrame?.symbol ?? "-" })")
+            return nil
+        }
+        #expect(report.loop == loop)
+        #expect(report.thread.tid == measured.tid, "the worker that ran \(name)")
+        // The job's duration holds what the job measured; beyond it, within 2 ms besides the time the worker waited
+        // for a CPU (on a loaded machine a worker preempted between the job's start and the measured code).
+        let waitedForCPU = report.threadStats?.runDelayMs ?? 0
+        #expect(report.durationMs >= measured.milliseconds - 0.05 && report.durationMs <= measured.milliseconds + 2 + waitedForCPU,
+                "\(name): reported \(report.durationMs) ms, measured \(measured.milliseconds) ms, waited for a CPU \(waitedForCPU) ms")
+        #expect(report.durationSource == "loop", "exact, from the job's own clock reads")
+        #expect(report.ongoing == false)
+        #expect(report.stallClass.map(classes.contains) == true, "\(name): \(String(describing: report.stallClass))")
+        #expect(report.job?.executor == executor)
+        #expect(report.job?.priority == "medium")
+        #expect(report.captures.succeeded >= 1, "\(name) has a stack: the sampling signal reached the worker")
+        #expect(report.signature != nil)
+        return report
+    }
+
+    @Test("a task, a task group's child and an actor stall the pool: one report each, near misses none")
+    func stallsOfEachKind() async throws {
+        let run = try await Self.run("stalls")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.reports.count == 3, "one per stall, none for the near misses: \(run.reports.map(\.topFrame))")
+        let cpu = Self.check(run, job: "cpu", topFrame: "AsyncStalls.spinCPU", loop: "swift-global-executor",
+                             executor: "global", stallClass: .cpu)
+        #expect(cpu?.job?.kind == "task")
+        #expect(cpu?.job?.taskId != nil)
+        let sleep = Self.check(run, job: "sleep", topFrame: "AsyncStalls.blockingSleep",
+                               loop: "swift-global-executor", executor: "global", stallClass: .blocked)
+        #expect(sleep?.waitingOn?.first?.kind == "sleep", "\(String(describing: sleep?.waitingOn))")
+        let lock = Self.check(run, job: "lock", topFrame: "HeldLock.acquireAndRelease",
+                              loop: "swift-global-executor", executor: "global", stallClass: .blocked)
+        #expect(lock?.job?.kind == "actor", "an actor's method runs in the actor's drain job")
+        let holder = run.value("holder").flatMap { Int32($0) }
+        #expect(lock?.waitingOn?.first?.kind == "lock")
+        #expect(lock?.waitingOn?.first?.holderThread == holder, "the lock's holder named")
+        #expect(lock?.waitingOn?.first?.holderName == "fixture-holder")
+        #expect(run.measured["nearmiss"] != nil)
+        let begins = run.events.filter { $0.event == "stall.begin" }
+        #expect(begins.count == 3)
+        #expect(begins.allSatisfy { $0.job?.executor == "global" && $0.loop == "swift-global-executor" })
+    }
+
+    @Test("main-actor code of an async main: reported on the main actor, with the worker that drained it")
+    func mainActor() async throws {
+        let run = try await Self.run("main-actor")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.value("mainActorTimed") == "true")
+        #expect(run.reports.count == 2, "\(run.reports.map(\.topFrame))")
+        _ = Self.check(run, job: "main", topFrame: "AsyncStalls.spinCPU", loop: "main-actor", executor: "main",
+                       stallClass: .cpu)
+        _ = Self.check(run, job: "mainsleep", topFrame: "AsyncStalls.blockingSleep", loop: "main-actor",
+                       executor: "main", stallClass: .blocked)
+    }
+
+    @Test("an idle process: jobs timed, no report, no stall event")
+    func idle() async throws {
+        let run = try await Self.run("idle")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.reports.isEmpty)
+        #expect(!run.events.contains { $0.event.hasPrefix("stall.") })
+        #expect((run.value("jobs").flatMap { UInt64($0) } ?? 0) >= 100, "every sleep's wake-up went through the hooks")
+    }
+
+    @Test("worker churn: thousands of short tasks, workers retired in idle gaps, new ones after: each stall reported")
+    func workerChurn() async throws {
+        let run = try await Self.run("churn", timeout: .seconds(90))
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.reports.count == 2, "\(run.reports.map(\.topFrame))")
+        for round in 0..<2 {
+            guard let measured = run.measured["churn\(round)"] else {
+                Issue.record("round \(round) measured nothing")
+                continue
+            }
+            let report = run.reports.first { $0.thread.tid == measured.tid && $0.durationMs >= measured.milliseconds - 0.05 }
+            #expect(report?.topFrame?.symbol.contains("AsyncStalls.spinCPU") == true,
+                    "round \(round) measured \(measured): \(run.reports.map { ($0.thread.tid, $0.durationMs, $0.topFrame?.symbol ?? "-") })")
+        }
+        #expect((run.value("jobs").flatMap { UInt64($0) } ?? 0) >= 10_000)
+    }
+
+    @Test("a second monitor while one is live is refused; after stop() a new one takes over")
+    func twice() async throws {
+        let run = try await Self.run("twice")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.value("refused")?.contains("another ConcurrencyStallMonitor is watching") == true, "\(run.output)")
+        #expect(run.reports.count == 1)
+        _ = Self.check(run, job: "cpu", topFrame: "AsyncStalls.spinCPU", loop: "swift-global-executor",
+                       executor: "global", stallClass: .cpu)
+    }
+
+    @Test("switched on late, from a task on a worker, after thousands of jobs: works the same from then on")
+    func switchedOnLateFromAWorker() async throws {
+        let run = try await Self.run("late")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.reports.count == 1)
+        _ = Self.check(run, job: "cpu", topFrame: "AsyncStalls.spinCPU", loop: "swift-global-executor",
+                       executor: "global", stallClass: .cpu)
+    }
+
+    @Test("the hook already taken by NIO's executor take-over: a clear error")
+    func hookTakenByNIO() async throws {
+        let run = try await Self.run("nio-takeover")
+        #expect(run.status == 3, "\(run.output) \(run.errors)")
+        #expect(run.errors.contains("swift_task_enqueueGlobal_hook) is already taken"), "\(run.errors)")
+        #expect(run.errors.contains("NIOStallMonitor"), "says where those jobs run and what watches them")
+    }
+}
