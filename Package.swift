@@ -132,6 +132,7 @@ let package = Package(
             name: "stallmon-bench",
             dependencies: [
                 "Stallmon", "StallmonLoop", "StallmonReport", "StallmonUpload", "StallmonNIO", "CStallmonCapture",
+                "CStallmonConcurrency",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -21,5 +21,7 @@ fi
 
 swift build -c release --product stallmon
 swift build -c release --product stallmon-bench
+# Section 8c's Hummingbird 2 service (a package of its own under Tests/).
+swift build -c release --package-path Tests/HummingbirdService --scratch-path .build-hb --product hb-stall-service
 exec .build/release/stallmon-bench run --output "${BENCH_OUTPUT:-bench-results.json}" \
     --stallmon .build/release/stallmon --receiver Tests/StallmonTestSupport/receiver.py "$@"

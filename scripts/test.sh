@@ -28,4 +28,8 @@ if ! python3 -c "import opentelemetry.proto.collector.logs.v1.logs_service_pb2" 
         || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages opentelemetry-proto
 fi
 swift build --build-tests
+# The real Hummingbird 2 service HummingbirdServiceTests drives: a package of its own under Tests/, so the stallmon
+# package never depends on Hummingbird. Built here, and required: the tests fail rather than skip without it.
+swift build --package-path Tests/HummingbirdService --scratch-path .build-hb --product hb-stall-service
+export REQUIRE_HUMMINGBIRD_SERVICE=1
 swift test --skip-build "$@"

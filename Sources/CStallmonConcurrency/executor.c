@@ -211,6 +211,37 @@ static inline __attribute__((always_inline)) void run_job(swift_job *job, uint32
     }
 }
 
+// A job begins on the worker of `probe`: its attributes and start in the probe, then the odd sequence. Returns the
+// sequence before the job, for `stamp_end`.
+static inline __attribute__((always_inline)) uint64_t stamp_begin(worker_probe *probe, uint32_t attributes,
+                                                                 uint64_t task_id, uint64_t *begin) {
+    uint64_t sequence = atomic_load_explicit(&probe->sequence, memory_order_relaxed);
+    *begin = monotonic_ns();
+    // The previous job's even sequence must be visible before this job's fields (a seqlock writer; on x86 only a
+    // compiler barrier).
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&probe->job_attributes, attributes, memory_order_relaxed);
+    atomic_store_explicit(&probe->task_id, task_id, memory_order_relaxed);
+    atomic_store_explicit(&probe->job_since, *begin, memory_order_relaxed);
+    atomic_store_explicit(&probe->sequence, sequence + 1, memory_order_release);
+    return sequence;
+}
+
+// The job ended: a long one leaves its exact begin and end in the record, then the sequence is even again.
+static inline __attribute__((always_inline)) void stamp_end(worker_probe *probe, uint64_t sequence, uint64_t begin) {
+    uint64_t end = monotonic_ns();
+    if (end - begin >= atomic_load_explicit(&g_state.threshold_ns, memory_order_relaxed)) {
+        uint64_t long_sequence = atomic_load_explicit(&probe->long_sequence, memory_order_relaxed);
+        atomic_store_explicit(&probe->long_sequence, long_sequence + 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_release);
+        atomic_store_explicit(&probe->long_job, (sequence + 2) / 2, memory_order_relaxed);
+        atomic_store_explicit(&probe->long_begin, begin, memory_order_relaxed);
+        atomic_store_explicit(&probe->long_end, end, memory_order_relaxed);
+        atomic_store_explicit(&probe->long_sequence, long_sequence + 2, memory_order_release);
+    }
+    atomic_store_explicit(&probe->sequence, sequence + 2, memory_order_release);
+}
+
 static inline __attribute__((always_inline)) void run_timed(swift_job *job, uint32_t where) {
     if (__builtin_expect(t_depth > 0, 0)) {  // inside another job of this thread, which is the one timed
         t_depth++;
@@ -224,31 +255,12 @@ static inline __attribute__((always_inline)) void run_timed(swift_job *job, uint
     // Read before the job runs: it may be freed the moment it finishes.
     uint32_t attributes = (uint32_t)header[JOB_KIND] | (uint32_t)header[JOB_PRIORITY] << 8 | where;
     uint64_t task_id = swift_task_getJobTaskId(job);
-    uint64_t sequence = atomic_load_explicit(&probe->sequence, memory_order_relaxed);
-    uint64_t begin = monotonic_ns();
-    // The previous job's even sequence must be visible before this job's fields (a seqlock writer; on x86 only a
-    // compiler barrier).
-    atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&probe->job_attributes, attributes, memory_order_relaxed);
-    atomic_store_explicit(&probe->task_id, task_id, memory_order_relaxed);
-    atomic_store_explicit(&probe->job_since, begin, memory_order_relaxed);
-    atomic_store_explicit(&probe->sequence, sequence + 1, memory_order_release);
-
+    uint64_t begin;
+    uint64_t sequence = stamp_begin(probe, attributes, task_id, &begin);
     t_depth = 1;
     run_job(job, where);
     t_depth = 0;
-
-    uint64_t end = monotonic_ns();
-    if (end - begin >= atomic_load_explicit(&g_state.threshold_ns, memory_order_relaxed)) {
-        uint64_t long_sequence = atomic_load_explicit(&probe->long_sequence, memory_order_relaxed);
-        atomic_store_explicit(&probe->long_sequence, long_sequence + 1, memory_order_relaxed);
-        atomic_thread_fence(memory_order_release);
-        atomic_store_explicit(&probe->long_job, (sequence + 2) / 2, memory_order_relaxed);
-        atomic_store_explicit(&probe->long_begin, begin, memory_order_relaxed);
-        atomic_store_explicit(&probe->long_end, end, memory_order_relaxed);
-        atomic_store_explicit(&probe->long_sequence, long_sequence + 2, memory_order_release);
-    }
-    atomic_store_explicit(&probe->sequence, sequence + 2, memory_order_release);
+    stamp_end(probe, sequence, begin);
 }
 
 static void run_timed_job(void *context) {
@@ -471,6 +483,23 @@ int cstallmon_worker_pin(int index, uint32_t generation) {
 void cstallmon_worker_unpin(int index) {
     if (index < 0 || index >= CSTALLMON_MAX_WORKERS) return;
     atomic_fetch_and_explicit(&g_state.probes[index].state, ~(uint32_t)PROBE_PINNED, memory_order_release);
+}
+
+uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations) {
+    static worker_probe scratch;
+    volatile uint8_t header[2] = {0, 0x15};
+    uint64_t start = monotonic_ns();
+    for (uint64_t index = 0; index < iterations; index++) {
+        // As run_timed: the TLS probe, the job header's two bytes, the stamps around an empty job.
+        worker_probe *volatile current = t_probe;
+        (void)current;
+        uint32_t attributes = (uint32_t)header[0] | (uint32_t)header[1] << 8;
+        uint64_t begin;
+        uint64_t sequence = stamp_begin(&scratch, attributes, index, &begin);
+        __asm__ volatile("" ::: "memory");  // the job
+        stamp_end(&scratch, sequence, begin);
+    }
+    return monotonic_ns() - start;
 }
 
 uint64_t cstallmon_concurrency_unwatched_workers(void) {

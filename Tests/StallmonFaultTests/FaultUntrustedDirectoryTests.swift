@@ -59,7 +59,7 @@ import Glibc
         let output = root + "/demo.out"
         let status = try await offThePool {
             ChildProcess.run(executable, ["demo", "--seconds", "3", "--report-dir", reports],
-                             timeout: .seconds(60), outputPath: output)
+                             timeout: .seconds(60), environment: StallmonExecutable.environment(), outputPath: output)
         }
         let printed = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
         #expect(status == 1, "exit status \(String(describing: status)): \(printed)")

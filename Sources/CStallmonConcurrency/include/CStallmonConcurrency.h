@@ -96,6 +96,11 @@ uint64_t cstallmon_concurrency_unwatched_workers(void);
 /// Jobs timed so far by the hooks, over all workers (relaxed; for tests and statistics). Async-signal-safe.
 uint64_t cstallmon_concurrency_jobs(void);
 
+/// For the benchmark: runs what a worker adds around each job (the probe's stamps: two clock reads, the stores)
+/// `iterations` times around an empty job, on a scratch probe; returns the nanoseconds it took. Not what
+/// `swift_task_getJobTaskId` costs (it needs a real job). NOT async-signal-safe (it is timing code, not for handlers).
+uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations);
+
 /// Changes the sampling signal workers unblock at their first job and the long-job threshold (a new monitor after
 /// a stopped one). Async-signal-safe.
 void cstallmon_concurrency_configure(int sampling_signal, uint64_t threshold_ns);

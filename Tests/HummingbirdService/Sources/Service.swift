@@ -1,0 +1,159 @@
+// A Hummingbird 2 service wired as the README says (NIOStallMonitor for the event loops, ConcurrencyStallMonitor
+// for the async code), whose async route handlers block their worker in named functions.
+//
+//   hb-stall-service REPORT_DIR PORT_FILE [monitor | nio-takeover | plain]
+//
+// Writes the port it listens on (127.0.0.1) to PORT_FILE. GET /cpu, /sleep and /lock stall; /fast does not;
+// /measurements lists what each stalling handler measured itself: `measured NAME MS TID` lines. In nio-takeover
+// mode, NIO's executor take-over is installed first and the monitor's error goes to stderr (exit 3). In plain mode
+// there is no monitor at all (the benchmark's baseline).
+import Foundation
+import Hummingbird
+import NIOCore
+import NIOPosix
+import Stallmon
+import StallmonNIO
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+let measurements = Mutex<[String]>([])
+
+@Sendable func monotonicNanoseconds() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+}
+
+/// Runs `body`, recording how long it took on this thread (never printed inside the handler: that would add time).
+func measured<T>(_ name: String, _ body: () -> T) -> T {
+    let start = monotonicNanoseconds()
+    let result = body()
+    let elapsed = Double(monotonicNanoseconds() - start) / 1e6
+    let tid = currentThreadID()
+    measurements.withLock { $0.append("measured \(name) \(elapsed) \(tid)") }
+    return result
+}
+
+/// The kernel thread id (Swift's Glibc module has neither gettid nor syscall): /proc/thread-self is PID/task/TID.
+func currentThreadID() -> Int32 {
+    var buffer = [CChar](repeating: 0, count: 64)
+    let count = readlink("/proc/thread-self", &buffer, buffer.count - 1)
+    guard count > 0 else { return 0 }
+    let text = String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return Int32(text.split(separator: "/").last ?? "") ?? 0
+}
+
+/// A mutex another thread, `ledger-writer`, holds for a while.
+final class Ledger: @unchecked Sendable {
+    let mutex: UnsafeMutablePointer<pthread_mutex_t> = {
+        let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+        return mutex
+    }()
+
+    func holdOnAnotherThread(milliseconds: Int) {
+        let held = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            Thread.current.name = "ledger-writer"
+            pthread_mutex_lock(self.mutex)
+            held.signal()
+            Handlers.pause(milliseconds: milliseconds)
+            pthread_mutex_unlock(self.mutex)
+        }
+        thread.start()
+        held.wait()
+    }
+}
+
+enum Handlers {
+    static let ledger = Ledger()
+
+    /// CPU-bound work in a handler: a big report rendered on the request's task.
+    @inline(never)
+    static func renderInvoice(milliseconds: Int) -> String {
+        let end = monotonicNanoseconds() + UInt64(milliseconds) * 1_000_000
+        var checksum: UInt64 = 1
+        while monotonicNanoseconds() < end {
+            for value in 0..<500 { checksum = checksum &* 6364136223846793005 &+ UInt64(value) }
+        }
+        return "invoice \(checksum)"
+    }
+
+    /// A blocking call in a handler (a synchronous file or database read).
+    @inline(never)
+    static func readLegacyFile(milliseconds: Int) -> String {
+        var request = timespec(tv_sec: milliseconds / 1000, tv_nsec: (milliseconds % 1000) * 1_000_000)
+        var remaining = timespec()
+        while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+        return "legacy"
+    }
+
+    /// A lock another thread holds, taken in a handler.
+    @inline(never)
+    static func updateLedger() -> String {
+        pthread_mutex_lock(ledger.mutex)
+        pthread_mutex_unlock(ledger.mutex)
+        return "ledger"
+    }
+
+    /// nanosleep, resumed after the sampling signal's EINTR.
+    static func pause(milliseconds: Int) {
+        var request = timespec(tv_sec: milliseconds / 1000, tv_nsec: (milliseconds % 1000) * 1_000_000)
+        var remaining = timespec()
+        while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+    }
+}
+
+@main
+struct Service {
+    static func main() async throws {
+        let arguments = CommandLine.arguments
+        guard arguments.count >= 3 else {
+            FileHandle.standardError.write(Data("usage: hb-stall-service REPORT_DIR PORT_FILE [monitor|nio-takeover]\n".utf8))
+            exit(64)
+        }
+        let reportDirectory = arguments[1]
+        let portFile = arguments[2]
+        if arguments.count > 3 && arguments[3] == "nio-takeover" {
+            guard NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor() else {
+                FileHandle.standardError.write(Data("NIO's take-over did not install\n".utf8))
+                exit(4)
+            }
+        }
+        var configuration = StallMonitorConfiguration(threshold: .milliseconds(100), reportDirectory: reportDirectory)
+        configuration.sampleInterval = .milliseconds(10)
+        let plain = arguments.count > 3 && arguments[3] == "plain"
+        var monitors: (ConcurrencyStallMonitor, NIOStallMonitor)?
+        if !plain {
+            do {
+                monitors = (try ConcurrencyStallMonitor(configuration: configuration),
+                            try NIOStallMonitor(group: MultiThreadedEventLoopGroup.singleton, configuration: configuration))
+            } catch {
+                FileHandle.standardError.write(Data("\(error)\n".utf8))
+                exit(3)
+            }
+            monitors?.0.start()
+            monitors?.1.start()
+        }
+
+        let router = Router()
+        router.get("cpu") { _, _ -> String in measured("cpu") { Handlers.renderInvoice(milliseconds: 300) } }
+        router.get("sleep") { _, _ -> String in measured("sleep") { Handlers.readLegacyFile(milliseconds: 250) } }
+        router.get("lock") { _, _ -> String in
+            Handlers.ledger.holdOnAnotherThread(milliseconds: 300)
+            return measured("lock") { Handlers.updateLedger() }
+        }
+        router.get("fast") { _, _ -> String in "fast" }
+        router.get("measurements") { _, _ -> String in measurements.withLock { $0.joined(separator: "\n") } }
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+                              onServerRunning: { channel in
+                                  let port = channel.localAddress?.port ?? 0
+                                  try? "\(port)\n".write(toFile: portFile, atomically: true, encoding: .utf8)
+                              })
+        try await app.runService()
+        _ = monitors
+    }
+}

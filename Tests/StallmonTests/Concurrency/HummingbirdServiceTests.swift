@@ -1,0 +1,147 @@
+import Foundation
+import StallmonReport
+import StallmonTestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A real Hummingbird 2 service (Tests/HummingbirdService, built by scripts/test.sh into .build-hb) wired as the
+/// README says, driven by real HTTP requests over 127.0.0.1: every async route handler that blocks its worker is
+/// reported with the handler's function and the worker thread. Run outside scripts/test.sh without that build, the
+/// tests skip with a printed reason; scripts/test.sh sets REQUIRE_HUMMINGBIRD_SERVICE=1, so in CI they must run.
+@Suite("a Hummingbird 2 service's async route handlers", .serialized)
+struct HummingbirdServiceTests {
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent().path
+    static let executable = repository + "/.build-hb/debug/hb-stall-service"
+
+    /// The service's path, or nil (with the reason printed) when it was not built and need not be.
+    static func service() -> String? {
+        if FileManager.default.isExecutableFile(atPath: executable) { return executable }
+        if ProcessInfo.processInfo.environment["REQUIRE_HUMMINGBIRD_SERVICE"] == "1" {
+            Issue.record("\(executable) is missing: scripts/test.sh builds Tests/HummingbirdService there")
+        } else {
+            print("skipped: \(executable) is not built (scripts/test.sh builds Tests/HummingbirdService)")
+        }
+        return nil
+    }
+
+    /// GET `path` on 127.0.0.1:`port`; the response body, or nil.
+    static func get(_ path: String, port: Int) -> String? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else { return nil }
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8)
+        guard send(fd, request, request.count, 0) == request.count else { return nil }
+        var response: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count <= 0 { break }
+            response += buffer[..<count]
+        }
+        let text = String(decoding: response, as: UTF8.self)
+        guard let split = text.range(of: "\r\n\r\n") else { return nil }
+        return String(text[split.upperBound...])
+    }
+
+    /// What one run of the service left: its reports, what the handlers measured, its exit and stderr.
+    struct Outcome: Sendable {
+        var started = false
+        var measured = ""
+        var errors = ""
+        var exitCode: Int32?
+        var reports: [StallReport] = []
+    }
+
+    /// Starts the service in `mode`, sends `paths` one after the other, reads /measurements, stops it.
+    static func run(_ mode: String, paths: [String], waitForExit: Bool = false) throws -> Outcome {
+        let root = makeTemporaryDirectory("hummingbird-\(mode)")
+        let child = try ChildProcess(executable, [root + "/reports", root + "/port", mode],
+                                     environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
+                                     stderrPath: root + "/err")
+        defer { child.kill() }
+        var outcome = Outcome()
+        if waitForExit {
+            _ = child.wait(timeout: .seconds(20))
+            outcome.exitCode = child.exitCode
+        } else {
+            var port: Int?
+            let deadline = Date().addingTimeInterval(20)
+            while port == nil && Date() < deadline && !child.poll() {
+                port = (try? String(contentsOfFile: root + "/port", encoding: .utf8))
+                    .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+                usleep(20_000)
+            }
+            if let port {
+                outcome.started = true
+                for path in paths { _ = get(path, port: port) }
+                usleep(300_000)  // the last stall's report is written after it ends
+                outcome.measured = get("/measurements", port: port) ?? ""
+            }
+        }
+        outcome.errors = (try? String(contentsOfFile: root + "/err", encoding: .utf8)) ?? ""
+        let directory = root + "/reports"
+        outcome.reports = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
+            .filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
+            .compactMap { try? ReportReader.read(directory + "/" + $0) }
+        return outcome
+    }
+
+    @Test("blocking async handlers (CPU, a blocking read, a held lock): each reported with its function and worker")
+    func blockingHandlersAreReported() async throws {
+        guard Self.service() != nil else { return }
+        let outcome = try await offThePool {
+            try Self.run("monitor", paths: ["/fast", "/cpu", "/fast", "/sleep", "/fast", "/lock", "/fast"])
+        }
+        guard outcome.started else {
+            Issue.record("the service did not start: \(outcome.errors)")
+            return
+        }
+        var measured: [String: (ms: Double, tid: Int32)] = [:]
+        for line in outcome.measured.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            if parts.count == 4, let ms = Double(parts[2]), let tid = Int32(parts[3]) { measured[String(parts[1])] = (ms, tid) }
+        }
+        let reports = outcome.reports
+        #expect(reports.count == 3, "one per blocking handler: \(reports.map { $0.topFrame?.symbol ?? "-" }) \(outcome.errors)")
+        for (name, function) in [("cpu", "Handlers.renderInvoice"), ("sleep", "Handlers.readLegacyFile"),
+                                 ("lock", "Handlers.updateLedger")] {
+            guard let handler = measured[name] else {
+                Issue.record("the \(name) handler measured nothing: \(outcome.measured)")
+                continue
+            }
+            let report = reports.first { $0.topFrame?.symbol.contains(function) == true }
+            #expect(report != nil, "no report tops \(function): \(reports.map { $0.topFrame?.symbol ?? "-" })")
+            #expect(report?.loop == "swift-global-executor")
+            #expect(report?.thread.tid == handler.tid, "\(name): the worker that ran the handler")
+            #expect(report?.job?.executor == "global")
+            #expect((report?.durationMs ?? 0) >= handler.ms - 0.05, "\(name): the job holds the handler")
+            if name == "lock" {
+                #expect(report?.waitingOn?.first?.holderName == "ledger-writer", "the lock's holder named")
+            }
+        }
+    }
+
+    @Test("the global executor's hook already taken by NIO's executor take-over: the documented error")
+    func hookTakenByNIO() async throws {
+        guard Self.service() != nil else { return }
+        let outcome = try await offThePool { try Self.run("nio-takeover", paths: [], waitForExit: true) }
+        #expect(outcome.exitCode == 3, "\(outcome.errors)")
+        #expect(outcome.errors.contains("swift_task_enqueueGlobal_hook) is already taken"), "\(outcome.errors)")
+    }
+}
