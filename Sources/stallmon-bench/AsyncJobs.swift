@@ -96,7 +96,7 @@ struct AsyncJobs {
         for _ in 0..<(quick ? 3 : 7) {
             perStamp.append(Double(cstallmon_concurrency_measure_stamps(iterations)) / Double(iterations))
         }
-        results.add(Figure(section: "async", name: "the worker's stamps around one job (2 clock reads, stores)",
+        results.add(Figure(section: "async", name: "the worker's stamps around one job (clock reads, stores)",
                            value: Stats.median(perStamp), unit: "ns",
                            note: "runs: " + perStamp.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
 

@@ -101,15 +101,14 @@ final class HeldLock: @unchecked Sendable {
     /// Holds the lock on a thread named `fixture-holder` for `milliseconds`; returns once it is held.
     func holdOnAnotherThread(milliseconds: Int) {
         let held = DispatchSemaphore(value: 0)
-        let thread = Thread {
-            Thread.current.name = "fixture-holder"  // Foundation names the kernel thread too
+        // Named before its body runs; never joined: the fixture exits after the scenario.
+        _ = PosixThread.start(name: "fixture-holder") {
             pthread_mutex_lock(&self.mutex)
             say("holder \(cstallmon_gettid())")
             held.signal()
             AsyncStalls.blockingSleep(milliseconds: milliseconds)
             pthread_mutex_unlock(&self.mutex)
         }
-        thread.start()
         held.wait()
     }
 

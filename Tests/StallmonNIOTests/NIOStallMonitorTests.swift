@@ -51,11 +51,12 @@ struct NIOStallMonitorTests {
             #expect(httpGet(port: port, path: "/").contains("200"))  // idle server and a plain request: nothing
             #expect(httpGet(port: port, path: "/spin?ms=200").contains("200"))
             #expect(httpGet(port: port, path: "/sleep?ms=200").contains("200"))
-            let holder = Thread {
-                Thread.current.name = "nio-lock-holder"
+            // Named before its body runs (pthread_setname_np in the new thread): a Foundation Thread that renames
+            // itself was once seen still under its creator's name ("oot.default-qos") while it held the lock.
+            let holder = PosixThread.start(name: "nio-lock-holder") {
                 server.heldLock.withLockedValue { _ in _ = usleep(250_000) }
             }
-            holder.start()
+            defer { holder?.join() }
             usleep(20_000)
             #expect(httpGet(port: port, path: "/lock").contains("200"))
             for _ in 0..<5 { #expect(httpGet(port: port, path: "/spin?ms=\(Self.nearMiss)").contains("200")) }

@@ -7,8 +7,9 @@
 // `DispatchGlobalExecutor.cpp` does (the same queues: one per priority, created with the job's priority as QoS and
 // `dispatch_queue_set_width(q, -3)`, the runtime's "as many as logical CPUs"; `dispatch_async_f`; the job run with
 // `swift_job_run` on the generic executor), with one difference: the function dispatch calls stamps the worker's
-// probe before and after the job. Per job that is two CLOCK_MONOTONIC reads (vDSO) and a few relaxed or release
-// stores; no lock, allocation or system call.
+// probe before and after the job. Per job that is a CLOCK_MONOTONIC read before, a CLOCK_MONOTONIC_COARSE read
+// after (a precise one too only for a job near the threshold) and a few relaxed or release stores; no lock,
+// allocation or system call (all three clock reads are vDSO).
 //
 // Worker threads come and go (libdispatch retires a worker idle for 5 s): a worker claims a probe on its first job
 // (one gettid, one pthread_sigmask to unblock the sampling signal, which libdispatch blocks on its workers, and one
@@ -96,7 +97,8 @@ uint64_t cstallmon_concurrency_unwatched_workers(void);
 /// Jobs timed so far by the hooks, over all workers (relaxed; for tests and statistics). Async-signal-safe.
 uint64_t cstallmon_concurrency_jobs(void);
 
-/// For the benchmark: runs what a worker adds around each job (the probe's stamps: two clock reads, the stores)
+/// For the benchmark: runs what a worker adds around each job (the probe's stamps: a precise clock read, a coarse
+/// one, the stores)
 /// `iterations` times around an empty job, on a scratch probe; returns the nanoseconds it took. Not what
 /// `swift_task_getJobTaskId` costs (it needs a real job). NOT async-signal-safe (it is timing code, not for handlers).
 uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations);
