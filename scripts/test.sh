@@ -32,4 +32,8 @@ swift build --build-tests
 # package never depends on Hummingbird. Built here, and required: the tests fail rather than skip without it.
 swift build --package-path Tests/HummingbirdService --scratch-path .build-hb --product hb-stall-service
 export REQUIRE_HUMMINGBIRD_SERVICE=1
+# The async fixture once more with the Swift runtime linked in (--static-swift-stdlib), as Vapor's and Hummingbird's
+# Dockerfiles build: the global executor's hooks must be found where dlsym finds nothing.
+swift build --static-swift-stdlib --product stallmon-async-fixture --scratch-path .build-static
+export REQUIRE_STATIC_FIXTURE=1
 swift test --skip-build "$@"

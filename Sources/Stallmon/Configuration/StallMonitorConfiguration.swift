@@ -24,7 +24,7 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     /// The real-time signal used to sample the loop thread. Key `signal`, default `SIGRTMIN+3`.
     public var signal: SamplingSignal
     /// Where reports go (created 0700 if missing). Key `report_dir`, default `defaultReportDirectory()`:
-    /// `$STATE_DIRECTORY/stallmon` under systemd, else `/var/tmp/stallmon-<uid>`.
+    /// `$STATE_DIRECTORY/stallmon` under systemd, else `/var/tmp/stallmon-<euid>`.
     public var reportDirectory: String
     /// The JSON-lines event log. Key `event_log`, default `<report_dir>/events.jsonl`.
     public var eventLogPath: String?
@@ -101,7 +101,7 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     }
 
     /// The report directory when none is configured: `$STATE_DIRECTORY/stallmon` when systemd gives the service a
-    /// state directory (`StateDirectory=`; the first one if several), else `/var/tmp/stallmon-<uid>`. Absolute, so a
+    /// state directory (`StateDirectory=`; the first one if several), else `/var/tmp/stallmon-<euid>`. Absolute, so a
     /// service started in `/` does not write to `/stallmon-reports`; per user, so `stallmon report` run by the same
     /// user finds it; in /var/tmp, so it survives a reboot.
     public static func defaultReportDirectory(stateDirectory: String? = getenv("STATE_DIRECTORY").map {

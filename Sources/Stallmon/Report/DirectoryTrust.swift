@@ -5,7 +5,7 @@ import Glibc
 /// Whether a directory stallmon writes into (the report directory, the spool, the event log's directory) can be
 /// trusted: nobody but this process's user may be able to place or swap anything in it.
 ///
-/// The default report directory, `/var/tmp/stallmon-<uid>`, has a predictable name in a world-writable directory:
+/// The default report directory, `/var/tmp/stallmon-<euid>`, has a predictable name in a world-writable directory:
 /// another local user can create it first and put a symbolic link where a report or the event log will go, so that
 /// a service running as root appends to a file of the attacker's choosing. The same holds for any configured path
 /// under a directory another user can write. So a directory is used only if

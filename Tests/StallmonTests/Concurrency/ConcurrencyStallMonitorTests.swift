@@ -44,8 +44,9 @@ struct ConcurrencyStallMonitorTests {
         }
     }
 
-    static func run(_ scenario: String, thresholdMs: Int = 100, timeout: Duration = .seconds(60)) async throws -> Run {
-        let executable = try StallmonExecutable.url(named: "stallmon-async-fixture").path
+    static func run(_ scenario: String, thresholdMs: Int = 100, timeout: Duration = .seconds(60),
+                    executable given: String? = nil) async throws -> Run {
+        let executable = try given ?? StallmonExecutable.url(named: "stallmon-async-fixture").path
         let root = makeTemporaryDirectory("async-\(scenario)")
         let directory = root + "/reports"
         let output = root + "/out"
@@ -180,6 +181,38 @@ struct ConcurrencyStallMonitorTests {
         #expect(run.reports.count == 1)
         _ = Self.check(run, job: "cpu", topFrame: "AsyncStalls.spinCPU", loop: "swift-global-executor",
                        executor: "global", stallClass: .cpu)
+    }
+
+    /// The fixture built with `--static-swift-stdlib` (scripts/test.sh builds it into .build-static): the runtime is
+    /// linked into the executable, where `dlsym` finds no hook; the weak references must. Skipped with a printed
+    /// reason when not built, required when scripts/test.sh runs the suite.
+    @Test("a --static-swift-stdlib build: the hooks are found and every stall is reported")
+    func staticStdlibBuild() async throws {
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().path
+        let executable = repository + "/.build-static/debug/stallmon-async-fixture"
+        guard FileManager.default.isExecutableFile(atPath: executable) else {
+            if ProcessInfo.processInfo.environment["REQUIRE_STATIC_FIXTURE"] == "1" {
+                Issue.record("\(executable) is missing: scripts/test.sh builds it with --static-swift-stdlib")
+            } else {
+                print("skipped: \(executable) is not built (scripts/test.sh builds it with --static-swift-stdlib)")
+            }
+            return
+        }
+        let dynamic = try await offThePool { () -> String in
+            let output = makeTemporaryDirectory("readelf") + "/dynamic"
+            _ = ChildProcess.run(findTool("readelf") ?? "/usr/bin/readelf", ["-d", executable], outputPath: output)
+            return (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        }
+        #expect(dynamic.contains("(NEEDED)"), "readelf -d printed nothing: \(dynamic)")
+        #expect(!dynamic.contains("libswift_Concurrency"), "the Swift runtime is linked in, not a shared library")
+        let run = try await Self.run("stalls", executable: executable)
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.reports.count == 3, "\(run.reports.map(\.topFrame))")
+        _ = Self.check(run, job: "cpu", topFrame: "AsyncStalls.spinCPU", loop: "swift-global-executor",
+                       executor: "global", stallClass: .cpu)
+        _ = Self.check(run, job: "sleep", topFrame: "AsyncStalls.blockingSleep", loop: "swift-global-executor",
+                       executor: "global", stallClass: .blocked)
     }
 
     @Test("the hook already taken by NIO's executor take-over: a clear error")
