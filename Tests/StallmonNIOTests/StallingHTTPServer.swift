@@ -4,6 +4,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import StallmonTestSupport
 import Synchronization
 
 /// A real NIOHTTP1 server on 127.0.0.1 whose handler stalls its event loop in `channelRead` on request:
@@ -105,19 +106,8 @@ func httpGet(port: Int, path: String) -> String {
 }
 
 func httpGets(port: Int, paths: [String]) -> [String] {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return [] }
+    guard let fd = connectToLoopback(port: port) else { return [] }
     defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = in_port_t(UInt16(port).bigEndian)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-        }
-    }
-    guard connected == 0 else { return [] }
     var statuses: [String] = []
     for path in paths {
         let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)

@@ -19,10 +19,8 @@ final class GlobalExecutorWatchdog: WatchdogThread {
     private let mainActorName: String
     private let client: ReportClient
     private let writer: ReportWriter
-    private let stopSignal = WakeSignal()
-    var setupError: FileError? { stopSignal.creationError }
-    private let stopping = Atomic<Bool>(false)
-    private let thread = Mutex<PosixThread?>(nil)
+    let runner = StoppableThread()
+    let threadName = "stallmon-pool"
     private let stallCounter: Counter
     private let stallDuration: Metrics.Timer
 
@@ -33,22 +31,6 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         self.writer = writer
         stallCounter = Counter(label: "stallmon_stalls_total", dimensions: [("loop", poolName)])
         stallDuration = Metrics.Timer(label: "stallmon_stall_duration", dimensions: [("loop", poolName)])
-    }
-
-    func start() -> Bool {
-        let started = PosixThread.start(name: "stallmon-pool") { [self] in run() }
-        thread.withLock { $0 = started }
-        return started != nil
-    }
-
-    func stop() {
-        stopping.store(true, ordering: .releasing)
-        stopSignal.wake()
-        let running = thread.withLock { thread in
-            defer { thread = nil }
-            return thread
-        }
-        running?.join()
     }
 
     // MARK: - Watchdog thread
@@ -71,14 +53,14 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         }
     }
 
-    private func run() {
+    func run() {
         let configuration = client.configuration
         let detectorConfiguration = StallTracker.detectorConfiguration(configuration)
         var freezeWatch = FreezeWatch(thresholdNanoseconds: detectorConfiguration.threshold)
         var workers: [Int32: Worker] = [:]
         let lender = SlotLender(maxFrames: configuration.maxFrames, timeout: configuration.captureTimeout)
 
-        while !stopping.load(ordering: .acquiring) {
+        while !runner.isStopping {
             let now = cstallmon_monotonic_ns()
             if let frozen = freezeWatch.passBegins(now: now) {
                 client.counters.freezes.wrappingAdd(1, ordering: .relaxed)
@@ -127,7 +109,7 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                 client.counters.freezes.wrappingAdd(1, ordering: .relaxed)
                 writer.submit(.frozen(loopName: poolName, nanoseconds: frozen), from: client)
             }
-            stopSignal.wait(until: wakeAt)
+            runner.wait(until: wakeAt)
         }
         // Stopping: a stall whose job ends within a short grace (stop() often comes right after the work that
         // stalled, while its worker is still finishing the job) is finished as usual; one still going on after it

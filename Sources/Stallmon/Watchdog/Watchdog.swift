@@ -9,12 +9,27 @@ import Synchronization
 
 /// A monitor's watchdog thread, as `LoopWatch` starts and stops it.
 protocol WatchdogThread: Sendable {
+    /// The thread `run` runs on.
+    var runner: StoppableThread { get }
+    /// The thread's name (`stallmon-watch`, `stallmon-pool`).
+    var threadName: String { get }
+    /// The thread's body: passes until `runner.isStopping`; a stall in progress is then written as ongoing.
+    func run()
+}
+
+extension WatchdogThread {
     /// Why its wake-up signal could not be created (the monitor then refuses to start).
-    var setupError: FileError? { get }
+    var setupError: FileError? { runner.creationError }
+
     /// Starts the thread; false when it could not be created.
-    func start() -> Bool
-    /// Stops and joins it; a stall in progress is written as ongoing.
-    func stop()
+    func start() -> Bool {
+        runner.start(name: threadName) { [self] in run() }
+    }
+
+    /// Stops and joins it.
+    func stop() {
+        runner.stop()
+    }
 }
 
 /// The watchdog thread of one monitor: reads the loop probe, lets `StallDetector` decide, captures samples and
@@ -34,11 +49,8 @@ final class Watchdog: WatchdogThread {
     private let counters: MonitorCounters
     private let annotations: IterationAnnotations
     private let logger: Logger
-    private let stopSignal = WakeSignal()
-    /// Why this thread's wake-up signal could not be created (the monitor then refuses to start).
-    var setupError: FileError? { stopSignal.creationError }
-    private let stopping = Atomic<Bool>(false)
-    private let thread = Mutex<PosixThread?>(nil)
+    let runner = StoppableThread()
+    let threadName = "stallmon-watch"
     private let stallCounter: Counter
     private let stallDuration: Metrics.Timer
 
@@ -60,25 +72,9 @@ final class Watchdog: WatchdogThread {
         stallDuration = Metrics.Timer(label: "stallmon_stall_duration", dimensions: [("loop", loopName)])
     }
 
-    func start() -> Bool {
-        let started = PosixThread.start(name: "stallmon-watch") { [self] in run() }
-        thread.withLock { $0 = started }
-        return started != nil
-    }
-
-    func stop() {
-        stopping.store(true, ordering: .releasing)
-        stopSignal.wake()
-        let running = thread.withLock { thread in
-            defer { thread = nil }
-            return thread
-        }
-        running?.join()
-    }
-
     // MARK: - Watchdog thread
 
-    private func run() {
+    func run() {
         let detectorConfiguration = StallTracker.detectorConfiguration(configuration)
         var freezeWatch = FreezeWatch(thresholdNanoseconds: detectorConfiguration.threshold)
         var capturer: StackCapturer?
@@ -88,12 +84,12 @@ final class Watchdog: WatchdogThread {
         var loopStats = LoopStatsReporter(loopName: loopName, lineInterval: configuration.loopStatsInterval)
         let probe = probe
 
-        while !stopping.load(ordering: .acquiring) {
+        while !runner.isStopping {
             let now = cstallmon_monotonic_ns()
             if let frozen = freezeWatch.passBegins(now: now) { reportFreeze(frozen) }
             guard let bound = binding.load() else {
                 freezeWatch.skipNextWake()
-                waitUntil(now + detectorConfiguration.idlePoll)
+                runner.wait(until: now + detectorConfiguration.idlePoll)
                 continue
             }
             if capturer?.slot != bound.slot {
@@ -118,7 +114,7 @@ final class Watchdog: WatchdogThread {
             if let frozen = freezeWatch.passEnds(began: now, waitedForACapture: waitedForACapture, wakeAt: wakeAt) {
                 reportFreeze(frozen)
             }
-            waitUntil(wakeAt)
+            runner.wait(until: wakeAt)
         }
         // Stopped mid-stall: leave the evidence as an ongoing report.
         tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: boundThread)
@@ -138,9 +134,5 @@ final class Watchdog: WatchdogThread {
             logger.warning("stallmon: the loop thread blocks the sampling signal; stacks will be missing",
                            metadata: ["loop": "\(loopName)", "tid": "\(bound.tid)"])
         }
-    }
-
-    private func waitUntil(_ deadline: UInt64) {
-        stopSignal.wait(until: deadline)
     }
 }
