@@ -120,13 +120,18 @@ struct DemoEndToEndTests {
             try #require(run.result.status == 0, "\(run.result)")
             let readme = try String(contentsOfFile: PackageProductsTests.repository + "/README.md", encoding: .utf8)
             for function in ["DemoStalls.crunchPrimes", "DemoStalls.sleepOnTheLoop", "DemoStalls.readFromSlowPeer",
-                             "ContendedLock.acquireAndRelease", "DemoStalls.encodeLargeJSON"] {
+                             "ContendedLock.acquireAndRelease", "DemoStalls.encodeLargeJSON",
+                             "DemoStalls.renderReportInTask"] {
                 #expect(readme.contains("`\(function)`"), "the table names \(function)")
                 let name = String(function.split(separator: ".").last!)
                 #expect(!run.reports(topIn: name).isEmpty,
                         "a report topped by \(function); tops: \(run.reports.values.compactMap(\.topFrame?.symbol))")
             }
             #expect(run.reports.count == 6, "six stalls in 8.5 s: \(run.reports.count)")
+            // The async one is the global executor's, on a worker, not the loop's.
+            let task = run.reports(topIn: "renderReportInTask").first?.report
+            #expect(task?.loop == "swift-global-executor" && task?.job?.executor == "global",
+                    "\(String(describing: task?.loop)) \(String(describing: task?.job))")
             // …and says what the blocked ones waited on, as the table says.
             let peer = run.reports(topIn: "readFromSlowPeer").first?.report.waitingOn?.first
             #expect(peer?.kind == "socket" && peer?.syscall == "read", "\(String(describing: peer))")

@@ -80,7 +80,9 @@ struct UploadCommandTests {
     /// lock on the spool), so every report is delivered and none is sent by both.
     @Test("an in-process uploader and a sidecar daemon on one spool never send the same report")
     func inProcessUploaderAndSidecarShareASpool() async throws {
-        let plan = "[" + Array(repeating: #"{"sleep":0.05,"status":200}"#, count: 40).joined(separator: ",") + "]"
+        // Requests slow enough (0.1 s) that the daemon's batches leave the in-process uploader its turns even on a
+        // loaded machine (with 0.05 s it once found the daemon done before its first try).
+        let plan = "[" + Array(repeating: #"{"sleep":0.1,"status":200}"#, count: 40).joined(separator: ",") + "]"
         let receiver = try Receiver(plan: plan)
         let (directory, ids) = try Self.spooled(60)
         defer { directory.remove() }

@@ -31,7 +31,7 @@ struct DemoCommand: ParsableCommand {
     @Option(help: "Stall threshold in milliseconds.")
     var thresholdMs: Double = 100
 
-    @Option(help: "Which stalls to inject, in rotation: all, none, or a comma list of cpu, sleep, read, lock, json.")
+    @Option(help: "Which stalls to inject, in rotation: all, none, or a comma list of cpu, sleep, read, lock, json, async.")
     var stalls: String = "all"
 
     @Option(help: "Keep the loop busy with back-to-back chunks of this many ms of CPU work (0: off): load that must not be reported.")
@@ -69,11 +69,17 @@ struct DemoCommand: ParsableCommand {
         logger.logLevel = .notice
         let loop = try Looper(name: "demo-main")
         let monitor: StallMonitor
+        let asyncMonitor: ConcurrencyStallMonitor?
         do {
             // Spooling and upload are StallmonUpload's sink, linked when the configuration asks for them.
             let sinks: [any StallReportSink] = configuration.upload.spoolEnabled
                 ? [try UploadSink(configuration: configuration, logger: logger)] : []
             monitor = try StallMonitor(loop: loop, configuration: configuration, logger: logger, sinks: sinks)
+            // Before any task runs, when the rotation has the async stall: its task is timed on the global
+            // executor (no async main here, so the main actor is left alone).
+            asyncMonitor = try DemoService.StallKind.parse(stalls).contains(.async)
+                ? ConcurrencyStallMonitor(configuration: configuration, logger: logger, sinks: sinks, mainActor: false)
+                : nil
         } catch let error as ConfigurationError {
             throw ValidationError(error.description)
         } catch let error as StallMonitorError {
@@ -88,9 +94,11 @@ struct DemoCommand: ParsableCommand {
         print("  event log: \(configuration.resolvedEventLogPath)   (stallmon tail --follow \(configuration.resolvedEventLogPath))")
         print("  echo server on 127.0.0.1:\(service.port)")
         monitor.start()
+        asyncMonitor?.start()
         service.start()
         loop.run(for: .nanoseconds(Int64(seconds * 1e9)))
         service.stop()
+        asyncMonitor?.stop()
         monitor.stop()
 
         let statistics = monitor.statistics
@@ -102,6 +110,11 @@ struct DemoCommand: ParsableCommand {
             + "\(service.stallsInjected.load(ordering: .relaxed)) stalls injected")
         print("Monitor: \(statistics.stallsDetected) stalls detected, \(statistics.reportsWritten) reports written, "
             + "\(statistics.reportsDropped) dropped, \(statistics.samplesCaptured) stack samples")
+        let asyncStalls = asyncMonitor?.statistics.stallsDetected ?? 0
+        if let asyncMonitor {
+            print("Async:   \(asyncStalls) stalls detected, \(asyncMonitor.statistics.reportsWritten) reports written "
+                + "on \(asyncMonitor.name) (\(ConcurrencyStallMonitor.jobsTimed) jobs timed)")
+        }
         let loopFigures = statistics.loop
         let busy = { (fraction: Double) in
             loopFigures.busyHistogram.percentile(fraction).map { value -> String in
@@ -120,7 +133,8 @@ struct DemoCommand: ParsableCommand {
             print("            \(path)")
         }
         print("\nNext: stallmon report \(configuration.reportDirectory)   |   stallmon show <report>")
-        if statistics.stallsDetected == 0 && service.stallsInjected.load(ordering: .relaxed) > 0 { throw ExitCode(1) }
+        if statistics.stallsDetected + asyncStalls == 0
+            && service.stallsInjected.load(ordering: .relaxed) > 0 { throw ExitCode(1) }
     }
 }
 
@@ -142,7 +156,7 @@ final class DemoService: Sendable {
 
     /// The injected stalls, in rotation order.
     enum StallKind: String, CaseIterable {
-        case cpu, sleep, read, lock, json
+        case cpu, sleep, read, lock, json, async
 
         static func parse(_ text: String) throws -> [StallKind] {
             switch text.lowercased() {
@@ -151,7 +165,8 @@ final class DemoService: Sendable {
             default:
                 return try text.split(separator: ",").map { name in
                     guard let kind = StallKind(rawValue: name.trimmingCharacters(in: .whitespaces).lowercased()) else {
-                        throw ValidationError("unknown stall kind \(name) (cpu, sleep, read, lock, json, all, none)")
+                        throw ValidationError(
+                            "unknown stall kind \(name) (cpu, sleep, read, lock, json, async, all, none)")
                     }
                     return kind
                 }
@@ -218,6 +233,7 @@ final class DemoService: Sendable {
         case .read: _ = DemoStalls.readFromSlowPeer(milliseconds: stallLength)
         case .lock: DemoStalls.waitForContendedLock(lock, milliseconds: stallLength)
         case .json: _ = DemoStalls.encodeLargeJSON(milliseconds: stallLength)
+        case .async: DemoStalls.blockAWorkerInATask(milliseconds: stallLength)  // the loop goes on
         }
     }
 }

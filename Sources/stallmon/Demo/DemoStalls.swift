@@ -3,9 +3,31 @@ import StallmonLoop
 import Synchronization
 
 /// The stalls the demo injects, each in a function with a name you should find at the top of its report.
-/// All are real work on the loop thread, not simulations of a stall: CPU, a blocking sleep, a blocking read, a lock
-/// held by another thread, a large JSON encode.
+/// All are real work, not simulations of a stall: on the loop thread CPU, a blocking sleep, a blocking read, a lock
+/// held by another thread, a large JSON encode; and in a task on Swift Concurrency's global executor, a synchronous
+/// render that holds its worker.
 enum DemoStalls {
+    /// In async code: a task on the global executor that renders a report synchronously (CPU), holding its worker
+    /// thread, as a blocking route handler does. Returns at once; the task runs on a worker.
+    static func blockAWorkerInATask(milliseconds: Int) {
+        Task.detached { _ = renderReportInTask(milliseconds: milliseconds) }
+    }
+
+    /// Formats rows of a report until `milliseconds` have passed: CPU in this very function, so it tops the stack.
+    @inline(never)
+    static func renderReportInTask(milliseconds: Int) -> Int {
+        let deadline = MonotonicInstant.now().advanced(by: .milliseconds(milliseconds))
+        var checksum = 0
+        var row = 0
+        while MonotonicInstant.now() < deadline {
+            for _ in 0..<500 {
+                row &+= 1
+                checksum = checksum &* 31 &+ (row % 97) &* (row % 89)
+            }
+        }
+        return checksum
+    }
+
     /// CPU-bound: counts primes by trial division in chunks until `milliseconds` have passed.
     @inline(never)
     static func crunchPrimes(milliseconds: Int) -> Int {
