@@ -42,8 +42,8 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         let tid: Int32
         let tracker: StallTracker
         var capturer: StackCapturer?
-        /// The job's attributes when its stall began.
-        var job: StallReport.Job?
+        /// The probe as it was read while the latest job ran: the attributes of the stall that job may become.
+        var jobReading: cstallmon_worker_reading?
 
         init(index: Int32, generation: UInt32, tid: Int32, tracker: StallTracker) {
             self.index = index
@@ -58,7 +58,8 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         let detectorConfiguration = StallTracker.detectorConfiguration(configuration)
         var freezeWatch = FreezeWatch(thresholdNanoseconds: detectorConfiguration.threshold)
         var workers: [Int32: Worker] = [:]
-        let lender = SlotLender(maxFrames: configuration.maxFrames, timeout: configuration.captureTimeout)
+        let lender = SlotLender(maxFrames: configuration.maxFrames, timeout: configuration.captureTimeout,
+                                maxOwedSlots: 8)
 
         while !runner.isStopping {
             let now = cstallmon_monotonic_ns()
@@ -94,10 +95,7 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                 // The job's attributes, for the stall it may become: refreshed for every job but the one already
                 // stalled (a next job that crosses the threshold in the pass that ends the previous stall is its own).
                 if case .busy(let iteration, _) = reading, !worker.tracker.isTracking(iteration: iteration) {
-                    worker.job = StallReport.Job(
-                        executor: probe.main_actor == 1 ? "main" : "global",
-                        priority: StallReport.Job.priorityName(probe.priority),
-                        taskId: probe.kind == 0 ? probe.task_id : nil, kind: StallReport.Job.kindName(probe.kind))
+                    worker.jobReading = probe
                 }
                 let (workerWake, waited) = step(worker, reading, now: now, freezes: freezeWatch.freezes,
                                                 lender: lender)
@@ -162,8 +160,9 @@ final class GlobalExecutorWatchdog: WatchdogThread {
             lent = capturer
             return capturer.capture(labelID: label)
         }
-        let job = worker.job
-        let loopName = job?.executor == "main" ? mainActorName : poolName
+        let jobReading = worker.jobReading
+        let poolName = poolName
+        let mainActorName = mainActorName
         let target = StallTracker.Target(
             tid: tid, capture: capture,
             longIterationRecord: { iteration in
@@ -174,42 +173,17 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                 guard cstallmon_worker_long_job(index, iteration, &begin, &end) == 1 else { return nil }
                 return (begin, end)
             },
-            describe: { snapshot in
-                snapshot.job = job
-                snapshot.loopName = loopName
+            describe: { snapshot in  // at a stall's begin only
+                guard let probe = jobReading else { return }
+                let onMainActor = probe.main_actor == 1
+                snapshot.job = StallReport.Job(
+                    executor: onMainActor ? "main" : "global", priority: StallReport.Job.priorityName(probe.priority),
+                    taskId: probe.kind == 0 ? probe.task_id : nil, kind: StallReport.Job.kindName(probe.kind))
+                snapshot.loopName = onMainActor ? mainActorName : poolName
             },
             isAlive: !retired)
         let result = worker.tracker.step(reading, now: now, target: target, freezes: freezes)
         worker.capturer = lent
         return result
-    }
-}
-
-/// Capture slots borrowed for workers while they stall. A slot returned while a handler may still be owed on it
-/// is kept aside until that handler ran or the thread exited (`cstallmon_slot_reap`), and at most `maxOwedSlots`
-/// are: a worker that keeps the signal blocked cannot use up the process's slots.
-final class SlotLender {
-    static let maxOwedSlots = 8
-    let maxFrames: Int
-    let timeout: Duration
-    private var owedSlots: [Int32] = []
-
-    init(maxFrames: Int, timeout: Duration) {
-        self.maxFrames = maxFrames
-        self.timeout = timeout
-    }
-
-    func borrow(for tid: Int32) -> StackCapturer? {
-        owedSlots.removeAll { cstallmon_slot_reap($0) == 1 }
-        guard owedSlots.count < Self.maxOwedSlots else { return nil }
-        let slot = cstallmon_slot_acquire(tid)
-        guard slot >= 0 else { return nil }
-        return StackCapturer(slot: slot, maxFrames: maxFrames, timeout: timeout)
-    }
-
-    func giveBack(_ capturer: inout StackCapturer?) {
-        guard let slot = capturer?.slot else { return }
-        capturer = nil
-        if cstallmon_slot_release(slot) == 0 { owedSlots.append(slot) }
     }
 }

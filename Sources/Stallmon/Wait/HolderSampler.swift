@@ -28,18 +28,15 @@ package struct HolderSample: Sendable {
 package final class HolderSampler {
     static let maxOwedSlots = 4
 
-    private let maxFrames: Int
-    private let timeout: Duration
     private let stacks: Bool
+    private let lender: SlotLender
     private var borrowed: [Int32: StackCapturer] = [:]
     /// Holders of this stall that block the sampling signal (or whose mask could not be read).
     private var unsignallable: Set<Int32> = []
-    private var owedSlots: [Int32] = []
 
     package init(maxFrames: Int, timeout: Duration, stacks: Bool) {
-        self.maxFrames = maxFrames
-        self.timeout = timeout
         self.stacks = stacks
+        lender = SlotLender(maxFrames: maxFrames, timeout: timeout, maxOwedSlots: Self.maxOwedSlots)
     }
 
     deinit {
@@ -66,8 +63,9 @@ package final class HolderSampler {
 
     /// Returns the slots borrowed for this stall.
     package func endStall() {
-        for capturer in borrowed.values where cstallmon_slot_release(capturer.slot) == 0 {
-            owedSlots.append(capturer.slot)
+        for capturer in borrowed.values {
+            var lent: StackCapturer? = capturer
+            lender.giveBack(&lent)
         }
         borrowed = [:]
         unsignallable = []
@@ -80,11 +78,7 @@ package final class HolderSampler {
             unsignallable.insert(tid)
             return nil
         }
-        owedSlots.removeAll { cstallmon_slot_reap($0) == 1 }
-        guard owedSlots.count < Self.maxOwedSlots else { return nil }
-        let slot = cstallmon_slot_acquire(tid)
-        guard slot >= 0 else { return nil }
-        let capturer = StackCapturer(slot: slot, maxFrames: maxFrames, timeout: timeout)
+        guard let capturer = lender.borrow(for: tid) else { return nil }
         borrowed[tid] = capturer
         return capturer
     }
