@@ -39,11 +39,12 @@ struct AsyncJobs {
         let rounds = quick ? 1 : 5
         print("\n8c. Hummingbird 2 hello-world route under wrk (1 wrk thread, 32 connections, \(seconds) s × \(rounds) "
             + "alternating rounds), plain → NIOStallMonitor + ConcurrencyStallMonitor")
-        var plain: [(rps: Double, p99: Double)] = []
-        var monitored: [(rps: Double, p99: Double)] = []
-        for round in 0..<(rounds * 2) {
-            let withMonitor = round % 2 == 1
+        var round = 0
+        let (plain, monitored) = try NIOEventLoops.alternatingWrkRounds(
+            wrk: wrk, rounds: rounds, seconds: seconds, path: "/fast"
+        ) { withMonitor in
             let root = scratch + "/hb-\(round)"
+            round += 1
             try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: service)
@@ -51,7 +52,7 @@ struct AsyncJobs {
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
             try process.run()
-            defer {
+            let stop = {
                 process.terminate()
                 process.waitUntilExit()
             }
@@ -61,14 +62,11 @@ struct AsyncJobs {
                 port = (try? String(contentsOfFile: root + "/port", encoding: .utf8))
                     .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
             }
-            guard let port else { throw BenchError("the Hummingbird service did not start") }
-            let output = try runCapturing(wrk, ["-t1", "-c32", "-d\(seconds)s", "--latency",
-                                                "http://127.0.0.1:\(port)/fast"])
-            guard let parsed = NIOEventLoops.parseWrk(output) else {
-                print("   could not read wrk's output:\n\(output)")
-                continue
+            guard let port else {
+                stop()
+                throw BenchError("the Hummingbird service did not start")
             }
-            if withMonitor { monitored.append(parsed) } else { plain.append(parsed) }
+            return (port, stop)
         }
         let plainRPS = Stats.median(plain.map(\.rps))
         let monitoredRPS = Stats.median(monitored.map(\.rps))

@@ -32,12 +32,9 @@ struct NIOEventLoops {
         let rounds = quick ? 1 : 3
         print("\n7a. NIOHTTP1 hello world under wrk (1 loop thread, 1 wrk thread, 32 connections, \(seconds) s × "
             + "\(rounds) alternating rounds)")
-        var plain: [(rps: Double, p99: Double)] = []
-        var monitored: [(rps: Double, p99: Double)] = []
-        for round in 0..<(rounds * 2) {
-            let withMonitor = round % 2 == 1
+        let (plain, monitored) = try Self.alternatingWrkRounds(wrk: wrk, rounds: rounds, seconds: seconds, path: "/") {
+            withMonitor in
             let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-            defer { try? group.syncShutdownGracefully() }
             var monitor: NIOStallMonitor?
             if withMonitor {
                 monitor = try NIOStallMonitor(group: group, configuration: .init(
@@ -45,15 +42,11 @@ struct NIOEventLoops {
                 monitor?.start()
             }
             let server = try BenchHTTPServer(group: group, injected: nil)
-            let output = try runCapturing(wrk, ["-t1", "-c32", "-d\(seconds)s", "--latency",
-                                                "http://127.0.0.1:\(server.port)/"])
-            try server.close()
-            monitor?.stop()
-            guard let parsed = Self.parseWrk(output) else {
-                print("   could not read wrk's output:\n\(output)")
-                continue
-            }
-            if withMonitor { monitored.append(parsed) } else { plain.append(parsed) }
+            return (server.port, {
+                try server.close()
+                monitor?.stop()
+                try? group.syncShutdownGracefully()
+            })
         }
         let plainRPS = Stats.median(plain.map(\.rps))
         let monitoredRPS = Stats.median(monitored.map(\.rps))
@@ -71,6 +64,36 @@ struct NIOEventLoops {
     }
 
     /// Requests/sec and the 99th latency percentile (ms) from `wrk --latency`.
+    /// `rounds` pairs of wrk runs (1 thread, 32 connections, `seconds` s) against `path` of a server `serve` starts
+    /// for each run, plain and monitored alternately (`serve(withMonitor)` returns its port and how to stop it).
+    /// A run whose output cannot be read is said and left out.
+    static func alternatingWrkRounds(
+        wrk: String, rounds: Int, seconds: Int, path: String,
+        serve: (_ withMonitor: Bool) throws -> (port: Int, stop: () throws -> Void)
+    ) throws -> (plain: [(rps: Double, p99: Double)], monitored: [(rps: Double, p99: Double)]) {
+        var plain: [(rps: Double, p99: Double)] = []
+        var monitored: [(rps: Double, p99: Double)] = []
+        for round in 0..<(rounds * 2) {
+            let withMonitor = round % 2 == 1
+            let (port, stop) = try serve(withMonitor)
+            let output: String
+            do {
+                output = try runCapturing(wrk, ["-t1", "-c32", "-d\(seconds)s", "--latency",
+                                                "http://127.0.0.1:\(port)\(path)"])
+            } catch {
+                try? stop()
+                throw error
+            }
+            try stop()
+            guard let parsed = parseWrk(output) else {
+                print("   could not read wrk's output:\n\(output)")
+                continue
+            }
+            if withMonitor { monitored.append(parsed) } else { plain.append(parsed) }
+        }
+        return (plain, monitored)
+    }
+
     static func parseWrk(_ output: String) -> (rps: Double, p99: Double)? {
         var rps: Double?
         var p99: Double?
