@@ -30,10 +30,10 @@ fi
 swift build --build-tests
 # The real Hummingbird 2 service HummingbirdServiceTests drives: a package of its own under Tests/, so the stallmon
 # package never depends on Hummingbird. Built here, and required: the tests fail rather than skip without it.
-# A second try when the first fails: SwiftPM was seen to build a path dependency (stallmon) from a stale list of its
-# files after a new source file was added, and to plan again on the next run.
-swift build --package-path Tests/HummingbirdService --scratch-path .build-hb --product hb-stall-service \
-    || swift build --package-path Tests/HummingbirdService --scratch-path .build-hb --product hb-stall-service
+# SwiftPM keeps its build plan (debug.yaml) across runs and does not see a source file added to a path dependency
+# (stallmon itself) since: removing the plan makes it plan again, with the files as they are now.
+rm -f .build-hb/debug.yaml
+swift build --package-path Tests/HummingbirdService --scratch-path .build-hb --product hb-stall-service
 export REQUIRE_HUMMINGBIRD_SERVICE=1
 # The async fixture once more with the Swift runtime linked in (--static-swift-stdlib), as Vapor's and Hummingbird's
 # Dockerfiles build: the global executor's hooks must be found where dlsym finds nothing.

@@ -47,14 +47,22 @@ import Glibc
         chmod(directory, 0o777)
     }
 
+    /// A root-owned victim file and, beside it, a report directory another user planted with `events.jsonl` linked
+    /// to the victim, in a new directory `root` (the caller removes it).
+    static func plantedReportDirectory() throws -> (root: String, victim: (path: String, contents: String),
+                                                    reports: String) {
+        let root = makeTemporaryDirectory()
+        chmod(root, 0o755)
+        let victim = try makeVictim(in: root)
+        let reports = root + "/reports"
+        try plant(reports, links: ["events.jsonl": victim.path])
+        return (root, victim, reports)
+    }
+
     @Test func demoRefusesAConfiguredDirectoryPlantedByAnotherUser() async throws {
         if let reason = Self.skipReason { print("skipped: \(reason)"); return }
-        let root = makeTemporaryDirectory()
+        let (root, victim, reports) = try Self.plantedReportDirectory()
         defer { try? FileManager.default.removeItem(atPath: root) }
-        chmod(root, 0o755)
-        let victim = try Self.makeVictim(in: root)
-        let reports = root + "/reports"
-        try Self.plant(reports, links: ["events.jsonl": victim.path])
         let executable = try StallmonExecutable.url().path
         let output = root + "/demo.out"
         let status = try await offThePool {
@@ -107,12 +115,8 @@ import Glibc
     /// else). The reports are dropped, the error names the owner, and the planted link's target is untouched.
     @Test func theMonitorRefusesAtCreationAndOnEveryWrite() throws {
         if let reason = Self.skipReason { print("skipped: \(reason)"); return }
-        let root = makeTemporaryDirectory()
+        let (root, victim, reports) = try Self.plantedReportDirectory()
         defer { try? FileManager.default.removeItem(atPath: root) }
-        chmod(root, 0o755)
-        let victim = try Self.makeVictim(in: root)
-        let reports = root + "/reports"
-        try Self.plant(reports, links: ["events.jsonl": victim.path])
         do {
             _ = try StallMonitor(loop: try Looper(name: "untrusted-at-creation"),
                                  configuration: .init(threshold: .milliseconds(50), reportDirectory: reports))

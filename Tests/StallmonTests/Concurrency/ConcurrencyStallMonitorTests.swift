@@ -188,17 +188,10 @@ struct ConcurrencyStallMonitorTests {
     /// reason when not built, required when scripts/test.sh runs the suite.
     @Test("a --static-swift-stdlib build: the hooks are found and every stall is reported")
     func staticStdlibBuild() async throws {
-        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent().path
-        let executable = repository + "/.build-static/debug/stallmon-async-fixture"
-        guard FileManager.default.isExecutableFile(atPath: executable) else {
-            if ProcessInfo.processInfo.environment["REQUIRE_STATIC_FIXTURE"] == "1" {
-                Issue.record("\(executable) is missing: scripts/test.sh builds it with --static-swift-stdlib")
-            } else {
-                print("skipped: \(executable) is not built (scripts/test.sh builds it with --static-swift-stdlib)")
-            }
-            return
-        }
+        guard let executable = BuiltByTestScript.executable(
+            ".build-static/debug/stallmon-async-fixture", requiredBy: "REQUIRE_STATIC_FIXTURE",
+            builtAs: "stallmon-async-fixture with --static-swift-stdlib")
+        else { return }
         let dynamic = try await offThePool { () -> String in
             let output = makeTemporaryDirectory("readelf") + "/dynamic"
             _ = ChildProcess.run(findTool("readelf") ?? "/usr/bin/readelf", ["-d", executable], outputPath: output)

@@ -13,19 +13,13 @@ import Glibc
 /// tests skip with a printed reason; scripts/test.sh sets REQUIRE_HUMMINGBIRD_SERVICE=1, so in CI they must run.
 @Suite("a Hummingbird 2 service's async route handlers", .serialized)
 struct HummingbirdServiceTests {
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().deletingLastPathComponent().path
-    static let executable = repository + "/.build-hb/debug/hb-stall-service"
+    static let relativePath = ".build-hb/debug/hb-stall-service"
+    static let executable = BuiltByTestScript.repository + "/" + relativePath
 
     /// The service's path, or nil (with the reason printed) when it was not built and need not be.
     static func service() -> String? {
-        if FileManager.default.isExecutableFile(atPath: executable) { return executable }
-        if ProcessInfo.processInfo.environment["REQUIRE_HUMMINGBIRD_SERVICE"] == "1" {
-            Issue.record("\(executable) is missing: scripts/test.sh builds Tests/HummingbirdService there")
-        } else {
-            print("skipped: \(executable) is not built (scripts/test.sh builds Tests/HummingbirdService)")
-        }
-        return nil
+        BuiltByTestScript.executable(relativePath, requiredBy: "REQUIRE_HUMMINGBIRD_SERVICE",
+                                     builtAs: "the package Tests/HummingbirdService")
     }
 
     /// GET `path` on 127.0.0.1:`port`; the response body, or nil.
