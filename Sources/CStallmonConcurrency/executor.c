@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,9 +80,14 @@ _Static_assert(sizeof(void *) == 8, "the job header offsets below are those of 6
 #define JOB_SCHEDULER_PRIVATE_1 0x18
 #define JOB_KIND 0x20
 #define JOB_PRIORITY 0x21
+// The flags' top byte; in a task's flags (kind 0) bit 30 is the runtime's Task_HasInitialTaskName: `Task(name:)`.
+#define JOB_FLAGS_TOP 0x23
+#define JOB_TOP_HAS_TASK_NAME 0x40
 #define PRIORITY_COUNT 0x22
 // In a probe's job attributes: the job runs on the main actor (the main queue), not the global executor.
 #define JOB_ON_MAIN_ACTOR (1u << 16)
+// In a probe's job attributes: the job is a task created with a name; the probe's `named_task` holds the task.
+#define JOB_NAMED_TASK (1u << 17)
 
 // MARK: - State
 
@@ -101,7 +107,10 @@ typedef struct {
     _Atomic uint64_t long_job;
     _Atomic uint64_t long_begin;
     _Atomic uint64_t long_end;
-    char padding[128 - 72];  // one probe per pair of cache lines: workers never share a line
+    // The running task when it has a name (JOB_NAMED_TASK): written only for named tasks, read only under the
+    // seqlock and only while the job runs (the task is alive then).
+    _Atomic uintptr_t named_task;
+    char padding[128 - 80];  // one probe per pair of cache lines: workers never share a line
 } worker_probe;
 
 _Static_assert(sizeof(worker_probe) == 128, "a probe is two cache lines");
@@ -268,6 +277,12 @@ static inline __attribute__((always_inline)) void run_timed(swift_job *job, uint
     // Read before the job runs: it may be freed the moment it finishes.
     uint32_t attributes = (uint32_t)header[JOB_KIND] | (uint32_t)header[JOB_PRIORITY] << 8 | where;
     uint64_t task_id = swift_task_getJobTaskId(job);
+    if (__builtin_expect(header[JOB_KIND] == 0 && (header[JOB_FLAGS_TOP] & JOB_TOP_HAS_TASK_NAME), 0)) {
+        // A named task (rare): the watchdog reads its name only if this job stalls. Before the odd sequence, so a
+        // reader that sees the job running sees this task.
+        atomic_store_explicit(&probe->named_task, (uintptr_t)job, memory_order_relaxed);
+        attributes |= JOB_NAMED_TASK;
+    }
     uint64_t begin;
     uint64_t sequence = stamp_begin(probe, attributes, task_id, &begin);
     t_depth = 1;
@@ -455,6 +470,7 @@ int cstallmon_worker_read(int index, cstallmon_worker_reading *out) {
             out->kind = (uint8_t)(attributes & 0xFF);
             out->priority = (uint8_t)(attributes >> 8);
             out->main_actor = (attributes & JOB_ON_MAIN_ACTOR) ? 1 : 0;
+            out->named_task = (before & 1) && (attributes & JOB_NAMED_TASK) ? 1 : 0;
             return 1;
         }
     }
@@ -512,19 +528,102 @@ uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations) {
         g_state.coarse_resolution_ns = tick * 2 > 10000000 ? tick * 2 : 10000000;
         atomic_store_explicit(&g_state.threshold_ns, 100000000, memory_order_relaxed);
     }
-    volatile uint8_t header[2] = {0, 0x15};
+    volatile uint8_t header[3] = {0, 0x15, 0x02};
     uint64_t start = monotonic_ns();
     for (uint64_t index = 0; index < iterations; index++) {
         // As run_timed: the TLS probe, the job header's two bytes, the stamps around an empty job.
         worker_probe *volatile current = t_probe;
         (void)current;
         uint32_t attributes = (uint32_t)header[0] | (uint32_t)header[1] << 8;
+        if (__builtin_expect(header[0] == 0 && (header[2] & JOB_TOP_HAS_TASK_NAME), 0)) {
+            atomic_store_explicit(&scratch.named_task, (uintptr_t)&scratch, memory_order_relaxed);
+            attributes |= JOB_NAMED_TASK;
+        }
         uint64_t begin;
         uint64_t sequence = stamp_begin(&scratch, attributes, index, &begin);
         __asm__ volatile("" ::: "memory");  // the job
         stamp_end(&scratch, sequence, begin);
     }
     return monotonic_ns() - start;
+}
+
+// MARK: - Task names (the watchdog thread, at a stall's begin)
+
+// Where the runtime keeps the name of a task created with `Task(name:)` (Swift 6.2+: `AsyncTask::pushInitialTaskName`
+// copies it into the task's allocator and links a TaskNameStatusRecord into the task's status records). Offsets of
+// Swift 6.3 on 64-bit Linux, found by looking at real tasks; nothing in them is a promise of the runtime, so they are
+// used only after `cstallmon_concurrency_check_task_names` saw them give the name `Task.name` gives, and every read
+// goes through process_vm_readv, which fails instead of faulting if a pointer is stale.
+#define TASK_INNERMOST_STATUS_RECORD 0x68  // ActiveTaskStatus.Record, in the task's private storage
+#define STATUS_RECORD_PARENT 0x08          // TaskStatusRecord: Flags (kind in the low byte), Parent
+#define TASK_NAME_RECORD_NAME 0x10         // TaskNameStatusRecord: the name, a C string
+#define STATUS_RECORD_KIND_TASK_NAME 6
+#define MAX_STATUS_RECORDS_WALKED 32
+
+// 0: not checked yet; 1: the layout gave the right name; -1: it did not (names are never read).
+static _Atomic int g_task_name_layout;
+
+static bool read_own(uintptr_t address, void *buffer, size_t length) {
+    if (address == 0) return false;
+    struct iovec local = {.iov_base = buffer, .iov_len = length};
+    struct iovec remote = {.iov_base = (void *)address, .iov_len = length};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)length;
+}
+
+// Copies the C string at `address` (at most capacity - 1 bytes) page by page, so a string ending just before an
+// unmapped page is still read. Returns its length, or -1 if unreadable or longer than the buffer.
+static ssize_t read_own_string(uintptr_t address, char *out, size_t capacity) {
+    const size_t page = 4096;
+    size_t copied = 0;
+    while (copied + 1 < capacity) {
+        uintptr_t at = address + copied;
+        size_t chunk = page - (at % page);
+        if (chunk > capacity - 1 - copied) chunk = capacity - 1 - copied;
+        if (!read_own(at, out + copied, chunk)) return -1;
+        void *end = memchr(out + copied, 0, chunk);
+        if (end != NULL) return (char *)end - out;
+        copied += chunk;
+    }
+    return -1;
+}
+
+static ssize_t read_task_name(uintptr_t task, char *out, size_t capacity) {
+    uintptr_t record = 0;
+    if (!read_own(task + TASK_INNERMOST_STATUS_RECORD, &record, sizeof record)) return -1;
+    for (int hop = 0; hop < MAX_STATUS_RECORDS_WALKED && record != 0; hop++) {
+        uintptr_t fields[3];
+        if (!read_own(record, fields, sizeof fields)) return -1;
+        if ((fields[0] & 0xFF) == STATUS_RECORD_KIND_TASK_NAME) {
+            return read_own_string(fields[TASK_NAME_RECORD_NAME / sizeof(uintptr_t)], out, capacity);
+        }
+        record = fields[STATUS_RECORD_PARENT / sizeof(uintptr_t)];
+    }
+    return -1;
+}
+
+int cstallmon_concurrency_check_task_names(uintptr_t current_task, const char *expected) {
+    char name[256];
+    ssize_t length = read_task_name(current_task, name, sizeof name);
+    int verdict = length >= 0 && strcmp(name, expected) == 0 ? 1 : -1;
+    atomic_store_explicit(&g_task_name_layout, verdict, memory_order_release);
+    return verdict;
+}
+
+ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size_t capacity) {
+    if (capacity == 0 || index < 0 || index >= CSTALLMON_MAX_WORKERS || (sequence & 1) == 0) return -1;
+    if (atomic_load_explicit(&g_task_name_layout, memory_order_acquire) != 1) return -1;
+    worker_probe *probe = &g_state.probes[index];
+    if (atomic_load_explicit(&probe->sequence, memory_order_acquire) != sequence) return -1;
+    uint32_t attributes = atomic_load_explicit(&probe->job_attributes, memory_order_relaxed);
+    uintptr_t task = atomic_load_explicit(&probe->named_task, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&probe->sequence, memory_order_relaxed) != sequence) return -1;
+    if ((attributes & JOB_NAMED_TASK) == 0) return -1;
+    ssize_t length = read_task_name(task, out, capacity);
+    // Still the same job after the reads: the task was alive throughout, so what was read is its name.
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&probe->sequence, memory_order_relaxed) != sequence) return -1;
+    return length;
 }
 
 uint64_t cstallmon_concurrency_unwatched_workers(void) {

@@ -140,10 +140,17 @@ case "stalls":
     // One of each kind, one after the other, then near misses that must not be reported.
     let monitor = makeMonitor()
     monitor.start()
-    await Task.detached { measured("cpu") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) } }.value
+    await Task.detached(name: "checkout cart") {
+        measured("cpu") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+    }.value
     try? await Task.sleep(for: .milliseconds(50))
     await withTaskGroup(of: Void.self) { group in
-        group.addTask { measured("sleep") { AsyncStalls.blockingSleep(milliseconds: 5 * thresholdMs / 2) } }
+        group.addTask(name: "résumé renderer") {
+            // A cancellation handler puts a status record of its own in front of the name's.
+            await withTaskCancellationHandler {
+                measured("sleep") { AsyncStalls.blockingSleep(milliseconds: 5 * thresholdMs / 2) }
+            } onCancel: {}
+        }
     }
     try? await Task.sleep(for: .milliseconds(50))
     let ledger = Ledger()

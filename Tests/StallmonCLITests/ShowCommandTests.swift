@@ -44,14 +44,15 @@ struct ShowCommandTests {
             var report = Fixture.report(id: "5f1c2d3e-aaaa-bbbb-cccc-000000000003", durationMs: 250,
                                         topSymbol: "App.Routes.encode()", loop: "swift-global-executor",
                                         start: "2026-01-10T12:34:56.789Z")
-            report.job = .init(executor: "global", priority: "high", taskId: 42, kind: "task")
+            report.job = .init(executor: "global", priority: "high", taskId: 42, kind: "task",
+                               taskName: "checkout cart")
             let global = try Fixture.write(report, named: "global", in: directory)
             report.loop = "main-actor"
             report.job = .init(executor: "main", priority: "medium", taskId: nil, kind: "actor")
             let main = try Fixture.write(report, named: "main", in: directory)
             let result = try await CLI.run(["show", global, main])
             #expect(result.status == 0, "\(result)")
-            #expect(result.stdoutLines.contains("  job:      task 42, priority high, on the global executor"),
+            #expect(result.stdoutLines.contains("  job:      task 42 \"checkout cart\", priority high, on the global executor"),
                     "\(result)")
             #expect(result.stdoutLines.contains("  job:      actor, priority medium, on the main actor"), "\(result)")
             #expect(result.stdout.contains("measured by the job's worker"), "\(result)")

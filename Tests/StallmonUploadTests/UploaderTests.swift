@@ -98,8 +98,10 @@ struct UploaderTests {
     @Test func otlpRecordsNameTheJobOfAnAsyncStall() throws {
         var report = sampleReport(durationMs: 333)
         report.loop = "swift-global-executor"
-        report.job = .init(executor: "global", priority: "high", taskId: 9_000_000_000, kind: "task")
+        report.job = .init(executor: "global", priority: "high", taskId: 9_000_000_000, kind: "task",
+                           taskName: "checkout cart")
         let record = try deliverOTLPRecord(report)
+        #expect(record["stallmon.job.task_name"] == .object(["stringValue": .string("checkout cart")]))
         #expect(record["stallmon.job.executor"] == .object(["stringValue": .string("global")]))
         #expect(record["stallmon.job.priority"] == .object(["stringValue": .string("high")]))
         #expect(record["stallmon.job.kind"] == .object(["stringValue": .string("task")]))

@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,6 +65,8 @@ typedef struct {
     uint8_t kind;
     /// 1: the job runs on the main actor (see `cstallmon_concurrency_enqueue_main`); 0: the global executor.
     uint8_t main_actor;
+    /// 1: the running job is a task created with a name (`Task(name:)`); see `cstallmon_worker_task_name`.
+    uint8_t named_task;
     /// Odd while a job runs; jobs completed = sequence / 2.
     uint64_t sequence;
     /// CLOCK_MONOTONIC ns when the running job began (meaningful while `sequence` is odd).
@@ -90,6 +93,19 @@ int cstallmon_worker_long_job(int index, uint64_t job, uint64_t *begin, uint64_t
 /// thread). Async-signal-safe.
 int cstallmon_worker_pin(int index, uint32_t generation);
 void cstallmon_worker_unpin(int index);
+
+/// Checks, from inside a task created with a name, that this target finds the name where Swift 6.3's runtime keeps
+/// it: `current_task` is the running task (`withUnsafeCurrentTask`), `expected` its `Task.name`. Returns 1 when the
+/// name read equals `expected` (task names are read from then on), -1 otherwise (they are never read). NOT
+/// async-signal-safe (system calls).
+int cstallmon_concurrency_check_task_names(uintptr_t current_task, const char *expected);
+
+/// The name of the named task (see `named_task`) that probe `index` runs as its job `sequence` (odd), copied into
+/// `out` with its NUL; returns its length, or -1: the job is over, the task has no name, the name does not fit, or
+/// the layout check has not passed. Each read is a process_vm_readv of this process, which fails rather than faults
+/// on a stale pointer, and the probe is read again after it, so a name is returned only if its task ran throughout.
+/// For the watchdog thread; NOT async-signal-safe (system calls).
+ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size_t capacity);
 
 /// How many workers ran jobs unwatched because every probe was taken. Async-signal-safe.
 uint64_t cstallmon_concurrency_unwatched_workers(void);

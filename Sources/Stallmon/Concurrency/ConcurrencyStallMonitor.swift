@@ -95,6 +95,7 @@ public final class ConcurrencyStallMonitor: Sendable {
             logger.warning("stallmon: \(reason)")
         }
         mainActorTimed = mainActor && TimedExecutorFactory.timedMainExecutor != nil
+        Self.checkTaskNameLayout(logger: logger)
         self.name = name
         self.configuration = configuration
         self.sinks = sinks
@@ -123,6 +124,27 @@ public final class ConcurrencyStallMonitor: Sendable {
                 stallmon: this process's Swift runtime has no global executor hooks \
                 (swift_task_enqueueGlobal_hook); async code cannot be watched
                 """)
+        }
+    }
+
+    private static let taskNameLayoutChecked = Atomic<Bool>(false)
+
+    /// Task names (`Task(name:)`) are read from where the runtime keeps them, which is no public interface: once per
+    /// process, a task with a known name reads its own name that way, and names are read only if it comes out right.
+    private static func checkTaskNameLayout(logger: Logger) {
+        guard !taskNameLayoutChecked.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let expected = "stallmon task-name check"
+        Task.detached(name: expected, priority: .background) {
+            let verdict: Int32? = withUnsafeCurrentTask { task in
+                guard let task, let name = Task.name else { return nil }
+                let pointer = unsafeBitCast(task, to: UInt.self)
+                return name.withCString { cstallmon_concurrency_check_task_names(pointer, $0) }
+            }
+            if verdict != 1 {
+                logger.notice("""
+                    stallmon: task names are not read on this Swift runtime (a task's name is not where this build                     looks for it); async stall reports give the task id only
+                    """)
+            }
         }
     }
 

@@ -133,6 +133,16 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         }
     }
 
+    /// The name of the task a worker runs as job `sequence`, if it has one and still runs it.
+    private static func taskName(index: Int32, sequence: UInt64) -> String? {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 256) { buffer in
+            guard let base = buffer.baseAddress, cstallmon_worker_task_name(index, sequence, base, 256) >= 0 else {
+                return nil
+            }
+            return String(validatingCString: base)
+        }
+    }
+
     /// A worker's probe as the detector reads a loop's: a job is an iteration.
     private static func reading(_ probe: cstallmon_worker_reading) -> LoopProbe.Reading {
         probe.sequence & 1 == 1
@@ -178,7 +188,8 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                 let onMainActor = probe.main_actor == 1
                 snapshot.job = StallReport.Job(
                     executor: onMainActor ? "main" : "global", priority: StallReport.Job.priorityName(probe.priority),
-                    taskId: probe.kind == 0 ? probe.task_id : nil, kind: StallReport.Job.kindName(probe.kind))
+                    taskId: probe.kind == 0 ? probe.task_id : nil, kind: StallReport.Job.kindName(probe.kind),
+                    taskName: probe.named_task == 1 ? Self.taskName(index: index, sequence: probe.sequence) : nil)
                 snapshot.loopName = onMainActor ? mainActorName : poolName
             },
             isAlive: !retired)

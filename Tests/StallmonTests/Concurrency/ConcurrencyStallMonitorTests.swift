@@ -110,12 +110,15 @@ struct ConcurrencyStallMonitorTests {
                              executor: "global", stallClass: .cpu)
         #expect(cpu?.job?.kind == "task")
         #expect(cpu?.job?.taskId != nil)
+        #expect(cpu?.job?.taskName == "checkout cart", "Task.detached(name:)")
         let sleep = Self.check(run, job: "sleep", topFrame: "AsyncStalls.blockingSleep",
                                loop: "swift-global-executor", executor: "global", stallClass: .blocked)
+        #expect(sleep?.job?.taskName == "résumé renderer", "a task group's child named in addTask(name:)")
         #expect(sleep?.waitingOn?.first?.kind == "sleep", "\(String(describing: sleep?.waitingOn))")
         let lock = Self.check(run, job: "lock", topFrame: "HeldLock.acquireAndRelease",
                               loop: "swift-global-executor", executor: "global", stallClass: .blocked)
         #expect(lock?.job?.kind == "actor", "an actor's method runs in the actor's drain job")
+        #expect(lock?.job?.taskName == nil, "an actor's drain job is no named task")
         let holder = run.value("holder").flatMap { Int32($0) }
         #expect(lock?.waitingOn?.first?.kind == "lock")
         #expect(lock?.waitingOn?.first?.holderThread == holder, "the lock's holder named")
@@ -124,6 +127,7 @@ struct ConcurrencyStallMonitorTests {
         let begins = run.events.filter { $0.event == "stall.begin" }
         #expect(begins.count == 3)
         #expect(begins.allSatisfy { $0.job?.executor == "global" && $0.loop == "swift-global-executor" })
+        #expect(begins.contains { $0.job?.taskName == "checkout cart" }, "the event log names the task too")
     }
 
     @Test("main-actor code of an async main: reported on the main actor, with the worker that drained it")
