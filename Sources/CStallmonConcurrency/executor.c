@@ -16,6 +16,10 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <fcntl.h>
+#include <x86intrin.h>
+#endif
 
 // MARK: - The runtime's and libdispatch's entry points
 //
@@ -120,7 +124,8 @@ static struct {
     dispatch_queue_t _Atomic queues[PRIORITY_COUNT];
     _Atomic int installed;
     _Atomic int sampling_signal;
-    _Atomic uint64_t threshold_ns;
+    // The long-job threshold in job-clock ticks (see "The job clock").
+    _Atomic uint64_t threshold_ticks;
     // CLOCK_MONOTONIC_COARSE's resolution (a scheduler tick): how far it may lag CLOCK_MONOTONIC.
     uint64_t coarse_resolution_ns;
     _Atomic uint64_t unwatched_workers;
@@ -146,6 +151,113 @@ static uint64_t coarse_ns(void) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
     return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+}
+
+// MARK: - The job clock
+
+// What a worker reads around each job. Where the kernel itself keeps time with the TSC (its clocksource is `tsc`:
+// invariant and synchronised across CPUs, or the kernel would not use it), the worker reads the TSC directly: rdtsc
+// costs 9.6 ns here, CLOCK_MONOTONIC's vDSO read 23.7 ns (it reads the TSC too, then the kernel's seqlocked
+// conversion data). The watchdog converts ticks to CLOCK_MONOTONIC ns against a pair of both clocks read just then,
+// so only an elapsed time is ever scaled (by the tick length, recalibrated every second), never an absolute one.
+// Elsewhere (other architectures, another clocksource), ticks are CLOCK_MONOTONIC ns and the end of a job reads
+// CLOCK_MONOTONIC_COARSE first.
+static struct {
+    bool tsc;  // set once, before the hooks are installed
+    _Atomic uint64_t ns_per_tick_bits;  // a double
+    _Atomic uint64_t base_tick;
+    _Atomic uint64_t base_ns;
+    _Atomic int calibrated;
+} g_clock;
+
+static inline __attribute__((always_inline)) uint64_t job_clock_now(void) {
+#if defined(__x86_64__)
+    if (__builtin_expect(g_clock.tsc, 1)) return __rdtsc();
+#endif
+    return monotonic_ns();
+}
+
+#if defined(__x86_64__)
+// The TSC and CLOCK_MONOTONIC at (almost) one instant: the TSC between two clock reads, against their midpoint.
+static void clock_pair(uint64_t *tick, uint64_t *ns) {
+    uint64_t before = monotonic_ns();
+    *tick = __rdtsc();
+    uint64_t after = monotonic_ns();
+    *ns = before + (after - before) / 2;
+}
+
+static double ns_per_tick(void) {
+    uint64_t bits = atomic_load_explicit(&g_clock.ns_per_tick_bits, memory_order_relaxed);
+    double value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+static void set_ns_per_tick(double value) {
+    uint64_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    atomic_store_explicit(&g_clock.ns_per_tick_bits, bits, memory_order_relaxed);
+}
+
+static bool kernel_keeps_time_with_tsc(void) {
+    int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char name[16] = {0};
+    ssize_t got = read(fd, name, sizeof name - 1);
+    close(fd);
+    return got >= 3 && strncmp(name, "tsc\n", 4) == 0;
+}
+#endif
+
+// Once, before the hooks are installed (NOT async-signal-safe: a file read and a 2 ms sleep).
+static void job_clock_set_up(void) {
+    if (atomic_load_explicit(&g_clock.calibrated, memory_order_acquire)) return;
+#if defined(__x86_64__)
+    if (kernel_keeps_time_with_tsc()) {
+        uint64_t tick0, ns0, tick1, ns1;
+        clock_pair(&tick0, &ns0);
+        struct timespec pause = {0, 2000000};
+        nanosleep(&pause, NULL);
+        clock_pair(&tick1, &ns1);
+        if (tick1 > tick0 && ns1 > ns0) {
+            set_ns_per_tick((double)(ns1 - ns0) / (double)(tick1 - tick0));
+            atomic_store_explicit(&g_clock.base_tick, tick1, memory_order_relaxed);
+            atomic_store_explicit(&g_clock.base_ns, ns1, memory_order_relaxed);
+            g_clock.tsc = true;
+        }
+    }
+#endif
+    atomic_store_explicit(&g_clock.calibrated, 1, memory_order_release);
+}
+
+static uint64_t ns_to_ticks(uint64_t ns) {
+#if defined(__x86_64__)
+    if (g_clock.tsc) return (uint64_t)((double)ns / ns_per_tick());
+#endif
+    return ns;
+}
+
+// A job-clock reading as CLOCK_MONOTONIC ns (the watchdog thread; async-signal-safe). The tick length is
+// recalibrated against the pair of at least a second ago, which also follows NTP's slewing of CLOCK_MONOTONIC.
+static uint64_t ticks_to_ns(uint64_t ticks) {
+#if defined(__x86_64__)
+    if (g_clock.tsc) {
+        uint64_t now_tick, now_ns;
+        clock_pair(&now_tick, &now_ns);
+        uint64_t base_ns = atomic_load_explicit(&g_clock.base_ns, memory_order_relaxed);
+        uint64_t base_tick = atomic_load_explicit(&g_clock.base_tick, memory_order_relaxed);
+        if (now_ns >= base_ns + 1000000000ull && now_tick > base_tick) {
+            set_ns_per_tick((double)(now_ns - base_ns) / (double)(now_tick - base_tick));
+            atomic_store_explicit(&g_clock.base_tick, now_tick, memory_order_relaxed);
+            atomic_store_explicit(&g_clock.base_ns, now_ns, memory_order_relaxed);
+        }
+        // A job begun on a CPU whose TSC reads a hair ahead of this one's: it began now.
+        if (ticks >= now_tick) return now_ns;
+        uint64_t elapsed = (uint64_t)((double)(now_tick - ticks) * ns_per_tick());
+        return elapsed < now_ns ? now_ns - elapsed : 0;
+    }
+#endif
+    return ticks;
 }
 
 // MARK: - Worker registration (once per thread; NOT async-signal-safe)
@@ -234,7 +346,7 @@ static inline __attribute__((always_inline)) void run_job(swift_job *job, uint32
 static inline __attribute__((always_inline)) uint64_t stamp_begin(worker_probe *probe, uint32_t attributes,
                                                                  uint64_t task_id, uint64_t *begin) {
     uint64_t sequence = atomic_load_explicit(&probe->sequence, memory_order_relaxed);
-    *begin = monotonic_ns();
+    *begin = job_clock_now();
     // The previous job's even sequence must be visible before this job's fields (a seqlock writer; on x86 only a
     // compiler barrier).
     atomic_thread_fence(memory_order_release);
@@ -245,14 +357,25 @@ static inline __attribute__((always_inline)) uint64_t stamp_begin(worker_probe *
     return sequence;
 }
 
-// The job ended: a long one leaves its exact begin and end in the record, then the sequence is even again. Only a
-// job near or past the threshold by the coarse clock (which lags the precise one by at most a tick) pays for the
-// precise end; the others need no end time at all.
+// Whether a job that began at `begin` (job-clock ticks) ran for at least the threshold; `end` its end if so. With the
+// TSC, one more rdtsc; otherwise only a job near or past the threshold by the coarse clock (which lags the precise
+// one by at most a tick) pays for the precise end.
+static inline __attribute__((always_inline)) bool ran_long(uint64_t begin, uint64_t *end) {
+    uint64_t threshold = atomic_load_explicit(&g_state.threshold_ticks, memory_order_relaxed);
+#if defined(__x86_64__)
+    if (__builtin_expect(g_clock.tsc, 1)) {
+        *end = __rdtsc();
+        return *end - begin >= threshold && *end > begin;
+    }
+#endif
+    return coarse_ns() + g_state.coarse_resolution_ns >= begin + threshold
+        && (*end = monotonic_ns()) - begin >= threshold;
+}
+
+// The job ended: a long one leaves its exact begin and end in the record, then the sequence is even again.
 static inline __attribute__((always_inline)) void stamp_end(worker_probe *probe, uint64_t sequence, uint64_t begin) {
-    uint64_t threshold = atomic_load_explicit(&g_state.threshold_ns, memory_order_relaxed);
     uint64_t end = 0;
-    if (coarse_ns() + g_state.coarse_resolution_ns >= begin + threshold
-        && (end = monotonic_ns()) - begin >= threshold) {
+    if (__builtin_expect(ran_long(begin, &end), 0)) {
         uint64_t long_sequence = atomic_load_explicit(&probe->long_sequence, memory_order_relaxed);
         atomic_store_explicit(&probe->long_sequence, long_sequence + 1, memory_order_relaxed);
         atomic_thread_fence(memory_order_release);
@@ -407,7 +530,8 @@ cstallmon_concurrency_install_result cstallmon_concurrency_install(int sampling_
     if (global == NULL || delay == NULL || deadline == NULL) return CSTALLMON_CONCURRENCY_NO_HOOKS;
     if (pthread_key_create(&g_state.exit_key, worker_exited) != 0) return CSTALLMON_CONCURRENCY_NO_HOOKS;
     atomic_store_explicit(&g_state.sampling_signal, sampling_signal, memory_order_relaxed);
-    atomic_store_explicit(&g_state.threshold_ns, threshold_ns, memory_order_relaxed);
+    job_clock_set_up();
+    atomic_store_explicit(&g_state.threshold_ticks, ns_to_ticks(threshold_ns), memory_order_relaxed);
     struct timespec resolution = {0, 0};
     clock_getres(CLOCK_MONOTONIC_COARSE, &resolution);
     // Twice the resolution, and at least 10 ms: a margin, never a job missed because the coarse clock lagged.
@@ -442,7 +566,7 @@ int cstallmon_concurrency_installed(void) {
 
 void cstallmon_concurrency_configure(int sampling_signal, uint64_t threshold_ns) {
     atomic_store_explicit(&g_state.sampling_signal, sampling_signal, memory_order_relaxed);
-    atomic_store_explicit(&g_state.threshold_ns, threshold_ns, memory_order_relaxed);
+    atomic_store_explicit(&g_state.threshold_ticks, ns_to_ticks(threshold_ns), memory_order_relaxed);
 }
 
 // MARK: - Reading (the watchdog thread; async-signal-safe)
@@ -465,7 +589,7 @@ int cstallmon_worker_read(int index, cstallmon_worker_reading *out) {
         uint64_t after = atomic_load_explicit(&probe->sequence, memory_order_relaxed);
         if (before == after) {
             out->sequence = before;
-            out->job_since = since;
+            out->job_since = (before & 1) ? ticks_to_ns(since) : since;
             out->task_id = task_id;
             out->kind = (uint8_t)(attributes & 0xFF);
             out->priority = (uint8_t)(attributes >> 8);
@@ -491,8 +615,16 @@ int cstallmon_worker_long_job(int index, uint64_t job, uint64_t *begin, uint64_t
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&probe->long_sequence, memory_order_relaxed) != before) continue;
         if (recorded != job) return 0;
+        // Converted from the end, which is recent: only the job's own length is scaled by the tick length.
+        *end = ticks_to_ns(recorded_end);
+#if defined(__x86_64__)
+        if (g_clock.tsc) {
+            uint64_t length = (uint64_t)((double)(recorded_end - recorded_begin) * ns_per_tick());
+            *begin = length < *end ? *end - length : 0;
+            return 1;
+        }
+#endif
         *begin = recorded_begin;
-        *end = recorded_end;
         return 1;
     }
     return 0;
@@ -526,7 +658,8 @@ uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations) {
         clock_getres(CLOCK_MONOTONIC_COARSE, &resolution);
         uint64_t tick = (uint64_t)resolution.tv_sec * 1000000000ull + (uint64_t)resolution.tv_nsec;
         g_state.coarse_resolution_ns = tick * 2 > 10000000 ? tick * 2 : 10000000;
-        atomic_store_explicit(&g_state.threshold_ns, 100000000, memory_order_relaxed);
+        job_clock_set_up();
+        atomic_store_explicit(&g_state.threshold_ticks, ns_to_ticks(100000000), memory_order_relaxed);
     }
     volatile uint8_t header[3] = {0, 0x15, 0x02};
     uint64_t start = monotonic_ns();

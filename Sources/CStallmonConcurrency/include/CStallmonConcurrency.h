@@ -7,9 +7,10 @@
 // `DispatchGlobalExecutor.cpp` does (the same queues: one per priority, created with the job's priority as QoS and
 // `dispatch_queue_set_width(q, -3)`, the runtime's "as many as logical CPUs"; `dispatch_async_f`; the job run with
 // `swift_job_run` on the generic executor), with one difference: the function dispatch calls stamps the worker's
-// probe before and after the job. Per job that is a CLOCK_MONOTONIC read before, a CLOCK_MONOTONIC_COARSE read
-// after (a precise one too only for a job near the threshold) and a few relaxed or release stores; no lock,
-// allocation or system call (all three clock reads are vDSO).
+// probe before and after the job. Per job that is two reads of the TSC (rdtsc) where the kernel keeps time with it,
+// elsewhere a CLOCK_MONOTONIC read before and a CLOCK_MONOTONIC_COARSE read after (a precise one too only for a job
+// near the threshold), and a few relaxed or release stores; no lock, allocation or system call (the clocks are vDSO
+// reads). The watchdog converts ticks to CLOCK_MONOTONIC ns when it reads them.
 //
 // Worker threads come and go (libdispatch retires a worker idle for 5 s): a worker claims a probe on its first job
 // (one gettid, one pthread_sigmask to unblock the sampling signal, which libdispatch blocks on its workers, and one
