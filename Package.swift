@@ -61,7 +61,7 @@ let package = Package(
             linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf"), .linkedLibrary("stdc++")]
         ),
         // Swift Concurrency's global executor, its jobs timed per worker (see its header for why).
-        .target(name: "CStallmonConcurrency", cSettings: [.define("_GNU_SOURCE")]),
+        .target(name: "CStallmonConcurrency", dependencies: ["CStallmonLoopShims"], cSettings: [.define("_GNU_SOURCE")]),
         // Defines epoll_wait: timestamps around a SwiftNIO loop's selector waits (see its header for why).
         .target(name: "CStallmonNIOHook", cSettings: [.define("_GNU_SOURCE")]),
         .target(
@@ -152,8 +152,9 @@ let package = Package(
         .testTarget(
             name: "StallmonTests",
             dependencies: [
-                "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonCapture",
+                "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonCapture", "CStallmonConcurrency",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
                 "StallmonTestSupport",
             ]

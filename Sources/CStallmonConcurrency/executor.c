@@ -4,6 +4,7 @@
 #endif
 
 #include "CStallmonConcurrency.h"
+#include "CStallmonLoopShims.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -81,6 +82,9 @@ extern uint64_t dispatch_time(uint64_t when, int64_t delta);
 // schedulerPrivate[1] at 0x18, which the runtime's dispatch executor sets to 1 for a global job; the flags' kind
 // byte at 0x20 and priority byte at 0x21.
 _Static_assert(sizeof(void *) == 8, "the job header offsets below are those of 64-bit platforms");
+// schedulerPrivate[0] at 0x10, free while the executor holds the job ("may be freely used by the executor
+// implementation", the runtime's ExecutorImpl.h): the job-clock time it was enqueued (or is due, when delayed).
+#define JOB_SCHEDULER_PRIVATE_0 0x10
 #define JOB_SCHEDULER_PRIVATE_1 0x18
 #define JOB_KIND 0x20
 #define JOB_PRIORITY 0x21
@@ -94,6 +98,22 @@ _Static_assert(sizeof(void *) == 8, "the job header offsets below are those of 6
 #define JOB_NAMED_TASK (1u << 17)
 
 // MARK: - State
+
+// One pool class's job statistics on one worker: run time and queue delay of every job (log-linear histograms, see
+// CStallmonLoopShims), their sums and counts. One writer (the worker, with relaxed loads and stores).
+typedef struct {
+    uint64_t run[CSTALLMON_HISTOGRAM_BUCKETS];
+    uint64_t delay[CSTALLMON_HISTOGRAM_BUCKETS];
+    uint64_t jobs;
+    uint64_t run_ns;
+    uint64_t delay_ns;
+    uint64_t slow_jobs;
+    uint64_t long_delays;
+} class_stats;
+
+struct worker_stats {
+    class_stats classes[CSTALLMON_POOL_CLASSES];
+};
 
 // CLAIMING: a new thread is filling the probe in (never pinned, never read as a worker).
 enum { PROBE_FREE = 0, PROBE_ALIVE = 1, PROBE_EXITING = 2, PROBE_PINNED = 4, PROBE_CLAIMING = 8 };
@@ -114,7 +134,9 @@ typedef struct {
     // The running task when it has a name (JOB_NAMED_TASK): written only for named tasks, read only under the
     // seqlock and only while the job runs (the task is alive then).
     _Atomic uintptr_t named_task;
-    char padding[128 - 80];  // one probe per pair of cache lines: workers never share a line
+    // The job statistics of this probe's workers (allocated at the probe's first claim and kept for later threads).
+    struct worker_stats *_Atomic stats;
+    char padding[128 - 88];  // one probe per pair of cache lines: workers never share a line
 } worker_probe;
 
 _Static_assert(sizeof(worker_probe) == 128, "a probe is two cache lines");
@@ -126,8 +148,6 @@ static struct {
     _Atomic int sampling_signal;
     // The long-job threshold in job-clock ticks (see "The job clock").
     _Atomic uint64_t threshold_ticks;
-    // CLOCK_MONOTONIC_COARSE's resolution (a scheduler tick): how far it may lag CLOCK_MONOTONIC.
-    uint64_t coarse_resolution_ns;
     _Atomic uint64_t unwatched_workers;
     _Atomic uint64_t jobs_of_exited_workers;
     pthread_key_t exit_key;
@@ -135,6 +155,8 @@ static struct {
 
 // The calling worker's probe; &g_unwatched when every probe was taken.
 static __thread worker_probe *t_probe;
+// The calling worker's statistics; NULL when unwatched (or their allocation failed).
+static __thread struct worker_stats *t_stats;
 // Jobs running on this thread right now: more than one when a job runs others inside it (a main-actor job that
 // drains the main queue itself); only the outermost is stamped, so the probe's sequence never goes backwards.
 static __thread unsigned t_depth;
@@ -146,12 +168,6 @@ static uint64_t monotonic_ns(void) {
     return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
 }
 
-// A fifth of CLOCK_MONOTONIC's cost here (4.9 vs 22.7 ns): it reads the time of the last tick, no TSC.
-static uint64_t coarse_ns(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-    return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
-}
 
 // MARK: - The job clock
 
@@ -160,14 +176,15 @@ static uint64_t coarse_ns(void) {
 // costs 9.6 ns here, CLOCK_MONOTONIC's vDSO read 23.7 ns (it reads the TSC too, then the kernel's seqlocked
 // conversion data). The watchdog converts ticks to CLOCK_MONOTONIC ns against a pair of both clocks read just then,
 // so only an elapsed time is ever scaled (by the tick length, recalibrated every second), never an absolute one.
-// Elsewhere (other architectures, another clocksource), ticks are CLOCK_MONOTONIC ns and the end of a job reads
-// CLOCK_MONOTONIC_COARSE first.
+// Elsewhere (other architectures, another clocksource), ticks are CLOCK_MONOTONIC ns.
 static struct {
     bool tsc;  // set once, before the hooks are installed
     _Atomic uint64_t ns_per_tick_bits;  // a double
     _Atomic uint64_t base_tick;
     _Atomic uint64_t base_ns;
     _Atomic int calibrated;
+    // ns = ticks * mult >> 32, for the workers' histograms (set once; a histogram needs no better than 0.1 %).
+    uint64_t mult;
 } g_clock;
 
 static inline __attribute__((always_inline)) uint64_t job_clock_now(void) {
@@ -223,11 +240,18 @@ static void job_clock_set_up(void) {
             set_ns_per_tick((double)(ns1 - ns0) / (double)(tick1 - tick0));
             atomic_store_explicit(&g_clock.base_tick, tick1, memory_order_relaxed);
             atomic_store_explicit(&g_clock.base_ns, ns1, memory_order_relaxed);
+            g_clock.mult = (uint64_t)((double)(ns1 - ns0) / (double)(tick1 - tick0) * 4294967296.0);
             g_clock.tsc = true;
         }
     }
 #endif
+    if (!g_clock.tsc) g_clock.mult = 1ull << 32;
     atomic_store_explicit(&g_clock.calibrated, 1, memory_order_release);
+}
+
+// A job-clock length in ns, on a worker: one multiplication (async-signal-safe).
+static inline __attribute__((always_inline)) uint64_t ticks_length_ns(uint64_t ticks) {
+    return (uint64_t)(((unsigned __int128)ticks * g_clock.mult) >> 32);
 }
 
 static uint64_t ns_to_ticks(uint64_t ns) {
@@ -268,7 +292,8 @@ static uint64_t ticks_to_ns(uint64_t ticks) {
 // bounds (at most 5 s).
 static void worker_exited(void *value) {
     worker_probe *probe = value;
-    t_probe = &g_unwatched;  // a job run by a later destructor of this thread is not stamped into a freed probe
+    t_probe = &g_unwatched;
+    t_stats = NULL;  // a job run by a later destructor of this thread is not stamped into a freed probe
     if (probe == NULL || probe == &g_unwatched) return;
     for (;;) {
         uint32_t state = atomic_load_explicit(&probe->state, memory_order_acquire);
@@ -302,7 +327,11 @@ static worker_probe *register_worker(void) {
     if (claimed == &g_unwatched) {
         atomic_fetch_add_explicit(&g_state.unwatched_workers, 1, memory_order_relaxed);
     } else {
-        // A new thread in the probe: its count starts again (the old thread's jobs were added up at its exit).
+        // A new thread in the probe: its count starts again (the old thread's jobs were added up at its exit). Its
+        // statistics go on from the previous thread's: they are cumulative per probe, read as differences.
+        if (atomic_load_explicit(&claimed->stats, memory_order_relaxed) == NULL) {
+            atomic_store_explicit(&claimed->stats, calloc(1, sizeof(struct worker_stats)), memory_order_release);
+        }
         atomic_store_explicit(&claimed->sequence, 0, memory_order_relaxed);
         atomic_store_explicit(&claimed->long_job, 0, memory_order_relaxed);
         atomic_store_explicit(&claimed->tid, (int32_t)syscall(SYS_gettid), memory_order_relaxed);
@@ -327,6 +356,7 @@ static worker_probe *register_worker(void) {
         }
     }
     t_probe = claimed;
+    t_stats = claimed == &g_unwatched ? NULL : atomic_load_explicit(&claimed->stats, memory_order_relaxed);
     return claimed;
 }
 
@@ -357,25 +387,10 @@ static inline __attribute__((always_inline)) uint64_t stamp_begin(worker_probe *
     return sequence;
 }
 
-// Whether a job that began at `begin` (job-clock ticks) ran for at least the threshold; `end` its end if so. With the
-// TSC, one more rdtsc; otherwise only a job near or past the threshold by the coarse clock (which lags the precise
-// one by at most a tick) pays for the precise end.
-static inline __attribute__((always_inline)) bool ran_long(uint64_t begin, uint64_t *end) {
-    uint64_t threshold = atomic_load_explicit(&g_state.threshold_ticks, memory_order_relaxed);
-#if defined(__x86_64__)
-    if (__builtin_expect(g_clock.tsc, 1)) {
-        *end = __rdtsc();
-        return *end - begin >= threshold && *end > begin;
-    }
-#endif
-    return coarse_ns() + g_state.coarse_resolution_ns >= begin + threshold
-        && (*end = monotonic_ns()) - begin >= threshold;
-}
-
-// The job ended: a long one leaves its exact begin and end in the record, then the sequence is even again.
-static inline __attribute__((always_inline)) void stamp_end(worker_probe *probe, uint64_t sequence, uint64_t begin) {
-    uint64_t end = 0;
-    if (__builtin_expect(ran_long(begin, &end), 0)) {
+// The job ended at `end`: a long one leaves its exact begin and end in the record, then the sequence is even again.
+static inline __attribute__((always_inline)) void stamp_end(worker_probe *probe, uint64_t sequence, uint64_t begin,
+                                                           uint64_t end, bool ran_long) {
+    if (__builtin_expect(ran_long, 0)) {
         uint64_t long_sequence = atomic_load_explicit(&probe->long_sequence, memory_order_relaxed);
         atomic_store_explicit(&probe->long_sequence, long_sequence + 1, memory_order_relaxed);
         atomic_thread_fence(memory_order_release);
@@ -387,6 +402,73 @@ static inline __attribute__((always_inline)) void stamp_end(worker_probe *probe,
     atomic_store_explicit(&probe->sequence, sequence + 2, memory_order_release);
 }
 
+static inline __attribute__((always_inline)) void count(uint64_t *counter, uint64_t amount) {
+    __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + amount, __ATOMIC_RELAXED);
+}
+
+// The pool class of a job: the main actor, or the global executor's priority band (unspecified counts as medium).
+static inline __attribute__((always_inline)) unsigned pool_class(uint8_t priority, uint32_t where) {
+    if (where == JOB_ON_MAIN_ACTOR) return CSTALLMON_POOL_MAIN;
+    if (priority >= 0x19) return CSTALLMON_POOL_HIGH;
+    if (priority >= 0x15 || priority == 0) return CSTALLMON_POOL_MEDIUM;
+    if (priority >= 0x11) return CSTALLMON_POOL_LOW;
+    return CSTALLMON_POOL_BACKGROUND;
+}
+
+// After the job: its run time and queue delay into the worker's statistics (relaxed loads and stores, one writer).
+static inline __attribute__((always_inline)) void record_job(struct worker_stats *stats, unsigned pool, uint64_t enqueued,
+                                                            uint64_t begin, uint64_t end, bool ran_long,
+                                                            uint64_t threshold) {
+    if (__builtin_expect(stats == NULL, 0)) return;
+    class_stats *counts = &stats->classes[pool];
+    uint64_t run = ticks_length_ns(end - begin);
+    // A job due later than it began (a clock read a hair apart on another CPU) waited for nothing.
+    uint64_t waited = begin > enqueued ? begin - enqueued : 0;
+    uint64_t delay = ticks_length_ns(waited);
+    cstallmon_histogram_record(counts->run, run);
+    cstallmon_histogram_record(counts->delay, delay);
+    count(&counts->jobs, 1);
+    count(&counts->run_ns, run);
+    count(&counts->delay_ns, delay);
+    if (__builtin_expect(ran_long, 0)) count(&counts->slow_jobs, 1);
+    if (__builtin_expect(waited >= threshold, 0)) count(&counts->long_delays, 1);
+}
+
+// What a worker knows of a job between its begin and its end.
+typedef struct {
+    uint64_t sequence;
+    uint64_t begin;
+    uint64_t enqueued;
+    unsigned pool;
+} job_timing;
+
+// Before the job runs (it may be freed the moment it finishes): its header read, its begin stamped.
+static inline __attribute__((always_inline)) job_timing job_begins(worker_probe *probe, const uint8_t *header,
+                                                                  uint32_t where, uint64_t task_id) {
+    job_timing timing;
+    uint32_t attributes = (uint32_t)header[JOB_KIND] | (uint32_t)header[JOB_PRIORITY] << 8 | where;
+    timing.pool = pool_class(header[JOB_PRIORITY], where);
+    timing.enqueued = *(const uint64_t *)(header + JOB_SCHEDULER_PRIVATE_0);
+    if (__builtin_expect(header[JOB_KIND] == 0 && (header[JOB_FLAGS_TOP] & JOB_TOP_HAS_TASK_NAME), 0)) {
+        // A named task (rare): the watchdog reads its name only if this job stalls. Before the odd sequence, so a
+        // reader that sees the job running sees this task.
+        atomic_store_explicit(&probe->named_task, (uintptr_t)header, memory_order_relaxed);
+        attributes |= JOB_NAMED_TASK;
+    }
+    timing.sequence = stamp_begin(probe, attributes, task_id, &timing.begin);
+    return timing;
+}
+
+// After the job: its end stamped, then counted.
+static inline __attribute__((always_inline)) void job_ends(worker_probe *probe, struct worker_stats *stats,
+                                                          job_timing timing) {
+    uint64_t end = job_clock_now();
+    uint64_t threshold = atomic_load_explicit(&g_state.threshold_ticks, memory_order_relaxed);
+    bool ran_long = end - timing.begin >= threshold && end > timing.begin;
+    stamp_end(probe, timing.sequence, timing.begin, end, ran_long);
+    record_job(stats, timing.pool, timing.enqueued, timing.begin, end, ran_long, threshold);
+}
+
 static inline __attribute__((always_inline)) void run_timed(swift_job *job, uint32_t where) {
     if (__builtin_expect(t_depth > 0, 0)) {  // inside another job of this thread, which is the one timed
         t_depth++;
@@ -396,22 +478,11 @@ static inline __attribute__((always_inline)) void run_timed(swift_job *job, uint
     }
     worker_probe *probe = t_probe;
     if (__builtin_expect(probe == NULL, 0)) probe = register_worker();
-    const uint8_t *header = (const uint8_t *)job;
-    // Read before the job runs: it may be freed the moment it finishes.
-    uint32_t attributes = (uint32_t)header[JOB_KIND] | (uint32_t)header[JOB_PRIORITY] << 8 | where;
-    uint64_t task_id = swift_task_getJobTaskId(job);
-    if (__builtin_expect(header[JOB_KIND] == 0 && (header[JOB_FLAGS_TOP] & JOB_TOP_HAS_TASK_NAME), 0)) {
-        // A named task (rare): the watchdog reads its name only if this job stalls. Before the odd sequence, so a
-        // reader that sees the job running sees this task.
-        atomic_store_explicit(&probe->named_task, (uintptr_t)job, memory_order_relaxed);
-        attributes |= JOB_NAMED_TASK;
-    }
-    uint64_t begin;
-    uint64_t sequence = stamp_begin(probe, attributes, task_id, &begin);
+    job_timing timing = job_begins(probe, (const uint8_t *)job, where, swift_task_getJobTaskId(job));
     t_depth = 1;
     run_job(job, where);
     t_depth = 0;
-    stamp_end(probe, sequence, begin);
+    job_ends(probe, t_stats, timing);
 }
 
 static void run_timed_job(void *context) {
@@ -426,6 +497,7 @@ static void run_timed_main_job(void *context) {
 void cstallmon_concurrency_enqueue_main(void *job) {
     // As the runtime's dispatch main executor: marks the job as enqueued on the main queue.
     *(void **)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_1) = &_dispatch_main_q;
+    *(uint64_t *)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_0) = job_clock_now();
     dispatch_async_f(&_dispatch_main_q, job, run_timed_main_job);
 }
 
@@ -454,19 +526,23 @@ static uint8_t job_priority(swift_job *job) {
     return ((const uint8_t *)job)[JOB_PRIORITY];
 }
 
-static void prepare(swift_job *job) {
-    // As the runtime's dispatchEnqueue: marks the job as enqueued on the global executor.
+// As the runtime's dispatchEnqueue: marks the job as enqueued on the global executor. Also stamps when it is due
+// (now, or after `delay_ns`), for its queue delay.
+static void prepare(swift_job *job, uint64_t delay_ns) {
     *(void **)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_1) = (void *)1;
+    uint64_t due = job_clock_now();
+    if (delay_ns > 0) due = delay_ns == UINT64_MAX ? UINT64_MAX : due + ns_to_ticks(delay_ns);
+    *(uint64_t *)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_0) = due;
 }
 
 static SWIFTCC void enqueue_global(swift_job *job, enqueue_global_original original) {
     (void)original;
-    prepare(job);
+    prepare(job, 0);
     dispatch_async_f(queue_for(job_priority(job)), job, run_timed_job);
 }
 
 static void enqueue_after(int64_t delay_ns, swift_job *job) {
-    prepare(job);
+    prepare(job, delay_ns > 0 ? (uint64_t)delay_ns : 0);
     dispatch_queue_t queue = queue_for(job_priority(job));
     if (delay_ns <= 0) {
         dispatch_async_f(queue, job, run_timed_job);
@@ -478,7 +554,7 @@ static void enqueue_after(int64_t delay_ns, swift_job *job) {
 static SWIFTCC void enqueue_with_delay(unsigned long long delay, swift_job *job, enqueue_delay_original original) {
     (void)original;
     if (delay > (unsigned long long)INT64_MAX) {
-        prepare(job);
+        prepare(job, UINT64_MAX);
         dispatch_after_f(DISPATCH_TIME_FOREVER, queue_for(job_priority(job)), job, run_timed_job);
         return;
     }
@@ -503,7 +579,7 @@ static SWIFTCC void enqueue_with_deadline(long long sec, long long nsec, long lo
         return;
     }
     if (delay > INT64_MAX) {
-        prepare(job);
+        prepare(job, UINT64_MAX);
         dispatch_after_f(DISPATCH_TIME_FOREVER, queue_for(job_priority(job)), job, run_timed_job);
         return;
     }
@@ -532,11 +608,6 @@ cstallmon_concurrency_install_result cstallmon_concurrency_install(int sampling_
     atomic_store_explicit(&g_state.sampling_signal, sampling_signal, memory_order_relaxed);
     job_clock_set_up();
     atomic_store_explicit(&g_state.threshold_ticks, ns_to_ticks(threshold_ns), memory_order_relaxed);
-    struct timespec resolution = {0, 0};
-    clock_getres(CLOCK_MONOTONIC_COARSE, &resolution);
-    // Twice the resolution, and at least 10 ms: a margin, never a job missed because the coarse clock lagged.
-    uint64_t tick = (uint64_t)resolution.tv_sec * 1000000000ull + (uint64_t)resolution.tv_nsec;
-    g_state.coarse_resolution_ns = tick * 2 > 10000000 ? tick * 2 : 10000000;
     enqueue_global_hook global_hook = enqueue_global;
     enqueue_delay_hook delay_hook = enqueue_with_delay;
     enqueue_deadline_hook deadline_hook = enqueue_with_deadline;
@@ -653,29 +724,26 @@ void cstallmon_worker_unpin(int index) {
 
 uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations) {
     static worker_probe scratch;
-    if (!cstallmon_concurrency_installed()) {  // as an installed monitor would have it: 100 ms, the coarse margin
-        struct timespec resolution = {0, 0};
-        clock_getres(CLOCK_MONOTONIC_COARSE, &resolution);
-        uint64_t tick = (uint64_t)resolution.tv_sec * 1000000000ull + (uint64_t)resolution.tv_nsec;
-        g_state.coarse_resolution_ns = tick * 2 > 10000000 ? tick * 2 : 10000000;
-        job_clock_set_up();
+    static struct worker_stats scratch_stats;
+    job_clock_set_up();
+    if (!cstallmon_concurrency_installed()) {  // as an installed monitor would have it: 100 ms
         atomic_store_explicit(&g_state.threshold_ticks, ns_to_ticks(100000000), memory_order_relaxed);
     }
-    volatile uint8_t header[3] = {0, 0x15, 0x02};
+    // A job header as the runtime lays it out: a medium-priority task without a name.
+    _Alignas(16) uint8_t job[0x30] = {0};
+    job[JOB_PRIORITY] = 0x15;
+    job[JOB_FLAGS_TOP] = 0x02;
     uint64_t start = monotonic_ns();
     for (uint64_t index = 0; index < iterations; index++) {
-        // As run_timed: the TLS probe, the job header's two bytes, the stamps around an empty job.
+        // As the enqueue hook and run_timed: the enqueue stamp, the TLS probe, the header read, the stamps and the
+        // statistics around an empty job (not swift_task_getJobTaskId, which needs a real job).
+        *(uint64_t *)(job + JOB_SCHEDULER_PRIVATE_0) = job_clock_now();
+        __asm__ volatile("" ::: "memory");  // the queue
         worker_probe *volatile current = t_probe;
         (void)current;
-        uint32_t attributes = (uint32_t)header[0] | (uint32_t)header[1] << 8;
-        if (__builtin_expect(header[0] == 0 && (header[2] & JOB_TOP_HAS_TASK_NAME), 0)) {
-            atomic_store_explicit(&scratch.named_task, (uintptr_t)&scratch, memory_order_relaxed);
-            attributes |= JOB_NAMED_TASK;
-        }
-        uint64_t begin;
-        uint64_t sequence = stamp_begin(&scratch, attributes, index, &begin);
+        job_timing timing = job_begins(&scratch, job, 0, index);
         __asm__ volatile("" ::: "memory");  // the job
-        stamp_end(&scratch, sequence, begin);
+        job_ends(&scratch, &scratch_stats, timing);
     }
     return monotonic_ns() - start;
 }
@@ -757,6 +825,35 @@ ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&probe->sequence, memory_order_relaxed) != sequence) return -1;
     return length;
+}
+
+// MARK: - Statistics (the watchdog thread)
+
+int cstallmon_pool_class_of(uint8_t priority, uint8_t main_actor) {
+    return (int)pool_class(priority, main_actor ? JOB_ON_MAIN_ACTOR : 0);
+}
+
+int cstallmon_pool_stats(int pool, cstallmon_pool_totals *out, uint64_t *run_buckets, uint64_t *delay_buckets,
+                         size_t bucket_count) {
+    memset(out, 0, sizeof *out);
+    if (pool < 0 || pool >= CSTALLMON_POOL_CLASSES || bucket_count != CSTALLMON_HISTOGRAM_BUCKETS) return 0;
+    memset(run_buckets, 0, bucket_count * sizeof *run_buckets);
+    memset(delay_buckets, 0, bucket_count * sizeof *delay_buckets);
+    for (int index = 0; index < CSTALLMON_MAX_WORKERS; index++) {
+        struct worker_stats *stats = atomic_load_explicit(&g_state.probes[index].stats, memory_order_acquire);
+        if (stats == NULL) continue;
+        const class_stats *counts = &stats->classes[pool];
+        for (size_t bucket = 0; bucket < bucket_count; bucket++) {
+            run_buckets[bucket] += cstallmon_histogram_count(counts->run, (uint32_t)bucket);
+            delay_buckets[bucket] += cstallmon_histogram_count(counts->delay, (uint32_t)bucket);
+        }
+        out->jobs += __atomic_load_n(&counts->jobs, __ATOMIC_RELAXED);
+        out->run_ns += __atomic_load_n(&counts->run_ns, __ATOMIC_RELAXED);
+        out->delay_ns += __atomic_load_n(&counts->delay_ns, __ATOMIC_RELAXED);
+        out->slow_jobs += __atomic_load_n(&counts->slow_jobs, __ATOMIC_RELAXED);
+        out->long_delays += __atomic_load_n(&counts->long_delays, __ATOMIC_RELAXED);
+    }
+    return 1;
 }
 
 uint64_t cstallmon_concurrency_unwatched_workers(void) {

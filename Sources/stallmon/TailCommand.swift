@@ -152,6 +152,13 @@ struct LogFollower {
 
 /// The human form of one event.
 enum EventText {
+    /// Milliseconds as ns, µs or ms: a pool's jobs run for microseconds.
+    static func fine(_ milliseconds: Double) -> String {
+        if milliseconds < 0.001 { return String(format: "%.0f ns", milliseconds * 1e6) }
+        if milliseconds < 1 { return String(format: "%.1f µs", milliseconds * 1e3) }
+        return ms(milliseconds)
+    }
+
     static func render(_ event: StallEvent) -> String {
         var parts = [event.time, event.event.padding(toLength: 13, withPad: " ", startingAt: 0)]
         if let loop = event.loop { parts.append(loop) }
@@ -171,6 +178,24 @@ enum EventText {
             if let utilization = event.utilization {
                 parts.append("utilization \(String(format: "%.1f", utilization * 100)) %")
             }
+        case "pool.stats":
+            if let priority = event.priority { parts.append(priority) }
+            if let jobs = event.jobs, let window = event.windowS {
+                parts.append("\(jobs) jobs in \(String(format: "%.0f", window)) s")
+            }
+            if let p50 = event.runP50Ms, let p99 = event.runP99Ms, let max = event.runMaxMs {
+                parts.append("run p50 \(fine(p50)) p99 \(fine(p99)) max \(fine(max))")
+            }
+            if let p50 = event.delayP50Ms, let p99 = event.delayP99Ms, let max = event.delayMaxMs {
+                parts.append("queue delay p50 \(fine(p50)) p99 \(fine(p99)) max \(fine(max))")
+            }
+            if let slow = event.slowJobs, let long = event.longDelays {
+                parts.append("\(slow) slow, \(long) delayed past the threshold")
+            }
+            if let utilization = event.utilization {
+                parts.append("busy \(String(format: "%.1f", utilization * 100)) %")
+            }
+            if let workers = event.workers { parts.append("\(workers) workers") }
         default:
             if let message = event.message { parts.append(message) }
             if let count = event.count { parts.append("count \(count)") }

@@ -27,10 +27,11 @@ let thresholdMs = arguments.count > 3 ? Int(arguments[3]) ?? 100 : 100
     fflush(nil)
 }
 
-func makeMonitor(mainActor: Bool = true) -> ConcurrencyStallMonitor {
+func makeMonitor(mainActor: Bool = true, statsInterval: Duration = .seconds(60)) -> ConcurrencyStallMonitor {
     var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs), reportDirectory: reportDirectory)
     configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
     configuration.interimAfter = .seconds(10)
+    configuration.loopStatsInterval = statsInterval
     do {
         return try ConcurrencyStallMonitor(configuration: configuration, mainActor: mainActor)
     } catch {
@@ -165,6 +166,27 @@ case "stalls":
     try? await Task.sleep(for: .milliseconds(200))
     monitor.stop()
     say("jobs \(ConcurrencyStallMonitor.jobsTimed)")
+
+case "pool-stats":
+    // Thousands of short jobs, then every worker blocked while a burst of short jobs waits behind them, then a pause
+    // long enough for a `pool.stats` line.
+    let monitor = makeMonitor(mainActor: false, statsInterval: .seconds(1))
+    monitor.start()
+    await withTaskGroup(of: Int.self) { group in
+        for index in 0..<2000 { group.addTask { index &* 7 } }
+        for await _ in group {}
+    }
+    let workers = ProcessInfo.processInfo.activeProcessorCount
+    let blockers = (0..<workers).map { _ in
+        Task.detached { AsyncStalls.blockingSleep(milliseconds: 3 * thresholdMs) }
+    }
+    usleep(20_000)  // the blockers hold every worker (this is the main thread, no worker)
+    let burst = (0..<20).map { index in Task.detached { index &* 3 } }
+    for task in burst { _ = await task.value }
+    for task in blockers { await task.value }
+    say("workers \(workers)")
+    try? await Task.sleep(for: .milliseconds(1500))
+    monitor.stop()
 
 case "main-actor":
     // `await MainActor.run` of an async main, from a task off the main actor, and a @MainActor function.

@@ -160,6 +160,35 @@ struct TailCommandTests {
         }
     }
 
+    @Test("pool.stats: jobs, run time and queue delay percentiles, slow and delayed jobs, busy ratio, workers")
+    func poolStats() async throws {
+        try await withTemporaryDirectory { directory in
+            var stats = StallEvent(time: "2026-01-10T12:00:00.000Z", event: "pool.stats")
+            stats.loop = "swift-global-executor"
+            stats.priority = "medium"
+            stats.windowS = 60
+            stats.jobs = 2026
+            stats.runP50Ms = 0.000204
+            stats.runP99Ms = 0.656
+            stats.runMaxMs = 310.4
+            stats.delayP50Ms = 0.014
+            stats.delayP99Ms = 0.77
+            stats.delayMaxMs = 276.8
+            stats.slowJobs = 2
+            stats.longDelays = 20
+            stats.utilization = 0.3024
+            stats.workers = 3
+            let path = try directory.write("events.jsonl", try EventFixture.line(stats) + "\n")
+            let result = try await CLI.run(["tail", path])
+            #expect(result.status == 0, "\(result)")
+            #expect(result.stdoutLines == [
+                "2026-01-10T12:00:00.000Z  pool.stats     swift-global-executor  medium  2026 jobs in 60 s  "
+                    + "run p50 204 ns p99 656.0 µs max 310.4 ms  queue delay p50 14.0 µs p99 770.0 µs max 276.8 ms  "
+                    + "2 slow, 20 delayed past the threshold  busy 30.2 %  3 workers",
+            ], "\(result)")
+        }
+    }
+
     @Test("a missing log exits 1")
     func missingLog() async throws {
         try await withTemporaryDirectory { directory in

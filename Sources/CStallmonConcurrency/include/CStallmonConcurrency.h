@@ -108,15 +108,50 @@ int cstallmon_concurrency_check_task_names(uintptr_t current_task, const char *e
 /// For the watchdog thread; NOT async-signal-safe (system calls).
 ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size_t capacity);
 
+/// The pool classes jobs are counted in: the global executor's priority bands (high: user-initiated and above;
+/// medium: default, and unspecified; low: utility; background) and the main actor.
+typedef enum {
+    CSTALLMON_POOL_HIGH = 0,
+    CSTALLMON_POOL_MEDIUM = 1,
+    CSTALLMON_POOL_LOW = 2,
+    CSTALLMON_POOL_BACKGROUND = 3,
+    CSTALLMON_POOL_MAIN = 4,
+    CSTALLMON_POOL_CLASSES = 5,
+} cstallmon_pool_class;
+
+/// The pool class of a job with this priority (`cstallmon_worker_reading.priority`), on the main actor or not.
+/// Async-signal-safe.
+int cstallmon_pool_class_of(uint8_t priority, uint8_t main_actor);
+
+/// Totals of one pool class since the hooks were installed, over every worker (cumulative; read differences).
+typedef struct {
+    uint64_t jobs;
+    /// Run time of those jobs (begin to end), ns.
+    uint64_t run_ns;
+    /// Queue delay of those jobs (enqueued, or due when delayed, to begin), ns.
+    uint64_t delay_ns;
+    /// Jobs that ran for at least the threshold.
+    uint64_t slow_jobs;
+    /// Jobs that waited for at least the threshold before they began.
+    uint64_t long_delays;
+} cstallmon_pool_totals;
+
+/// Adds up the job statistics every worker has kept for pool class `pool`: the totals, and the run-time and
+/// queue-delay histograms (`bucket_count` must be CStallmonLoopShims' CSTALLMON_HISTOGRAM_BUCKETS; its log-linear
+/// buckets). Each count is read whole; a job counted meanwhile may or may not be in. Returns 0 (all zero) on a bad
+/// class or bucket count, 1 otherwise. For the watchdog thread; async-signal-safe (relaxed loads only).
+int cstallmon_pool_stats(int pool, cstallmon_pool_totals *out, uint64_t *run_buckets, uint64_t *delay_buckets,
+                         size_t bucket_count);
+
 /// How many workers ran jobs unwatched because every probe was taken. Async-signal-safe.
 uint64_t cstallmon_concurrency_unwatched_workers(void);
 
 /// Jobs timed so far by the hooks, over all workers (relaxed; for tests and statistics). Async-signal-safe.
 uint64_t cstallmon_concurrency_jobs(void);
 
-/// For the benchmark: runs what a worker adds around each job (the probe's stamps: a precise clock read, a coarse
-/// one, the stores)
-/// `iterations` times around an empty job, on a scratch probe; returns the nanoseconds it took. Not what
+/// For the benchmark: runs what the hooks add per job (the enqueue stamp; the probe's stamps and stores; the run
+/// time and queue delay counted) `iterations` times around an empty job, on a scratch probe and scratch statistics;
+/// returns the nanoseconds it took. Not what
 /// `swift_task_getJobTaskId` costs (it needs a real job). NOT async-signal-safe (it is timing code, not for handlers).
 uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations);
 

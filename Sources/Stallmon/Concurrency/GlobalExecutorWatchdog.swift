@@ -23,6 +23,9 @@ final class GlobalExecutorWatchdog: WatchdogThread {
     let threadName = "stallmon-pool"
     private let stallCounter: Counter
     private let stallDuration: Metrics.Timer
+    private let poolClasses: [PoolStatsReporter.PoolClass]
+    /// The pool's statistics when the monitor was created: its figures count jobs from then on.
+    private let statisticsBaseline: (at: UInt64, readings: [PoolStatsReporter.PoolClass: PoolStatsReporter.Reading])
 
     init(poolName: String, mainActorName: String, client: ReportClient, writer: ReportWriter) {
         self.poolName = poolName
@@ -31,6 +34,9 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         self.writer = writer
         stallCounter = Counter(label: "stallmon_stalls_total", dimensions: [("loop", poolName)])
         stallDuration = Metrics.Timer(label: "stallmon_stall_duration", dimensions: [("loop", poolName)])
+        let classes = Self.poolClasses(poolName: poolName, mainActorName: mainActorName)
+        poolClasses = classes
+        statisticsBaseline = (cstallmon_monotonic_ns(), Self.poolReadings(classes, inProgress: nil))
     }
 
     // MARK: - Watchdog thread
@@ -60,6 +66,9 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         var workers: [Int32: Worker] = [:]
         let lender = SlotLender(maxFrames: configuration.maxFrames, timeout: configuration.captureTimeout,
                                 maxOwedSlots: 8)
+        var poolStats = PoolStatsReporter(lineInterval: configuration.loopStatsInterval)
+        _ = poolStats.step(now: statisticsBaseline.at, readings: statisticsBaseline.readings, workers: [:])
+        let poolClasses = poolClasses
 
         while !runner.isStopping {
             let now = cstallmon_monotonic_ns()
@@ -69,6 +78,8 @@ final class GlobalExecutorWatchdog: WatchdogThread {
             }
             var wakeAt = now + detectorConfiguration.idlePoll
             var waitedForACapture = false
+            var inProgress = [UInt64](repeating: 0, count: poolClasses.count)
+            var workersAlive = 0
             for index in Int32(0)..<Int32(CSTALLMON_MAX_WORKERS) {
                 var probe = cstallmon_worker_reading()
                 let present = cstallmon_worker_read(index, &probe) == 1
@@ -83,6 +94,11 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                     worker = nil
                 }
                 guard present else { continue }
+                if probe.state == 1 { workersAlive += 1 }
+                if probe.sequence & 1 == 1 {
+                    let poolClass = Int(cstallmon_pool_class_of(probe.priority, probe.main_actor))
+                    if poolClass < inProgress.count { inProgress[poolClass] += now &- min(now, probe.job_since) }
+                }
                 if worker == nil {
                     let tracker = StallTracker(loopName: poolName, client: client, writer: writer, annotations: nil,
                                                stallCounter: stallCounter, stallDuration: stallDuration)
@@ -103,6 +119,12 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                 wakeAt = min(wakeAt, workerWake)
                 if !worker.tracker.isStalled { lender.giveBack(&worker.capturer) }
             }
+            if poolStats.nextDue.map({ now >= $0 }) ?? true {
+                let windows = poolStats.step(now: now, readings: Self.poolReadings(poolClasses, inProgress: inProgress),
+                                             workers: [poolName: workersAlive])
+                for window in windows { writer.submit(.poolStats(window), from: client) }
+            }
+            if let due = poolStats.nextDue { wakeAt = min(wakeAt, due) }
             if let frozen = freezeWatch.passEnds(began: now, waitedForACapture: waitedForACapture, wakeAt: wakeAt) {
                 client.counters.freezes.wrappingAdd(1, ordering: .relaxed)
                 writer.submit(.frozen(loopName: poolName, nanoseconds: frozen), from: client)
@@ -131,6 +153,45 @@ final class GlobalExecutorWatchdog: WatchdogThread {
             worker.tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: worker.tid)
             lender.giveBack(&worker.capturer)
         }
+    }
+
+    /// The pool classes in `cstallmon_pool_class` order.
+    private static func poolClasses(poolName: String, mainActorName: String) -> [PoolStatsReporter.PoolClass] {
+        let cpus = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        var classes = [PoolStatsReporter.PoolClass](
+            repeating: .init(pool: poolName, priority: "", capacity: cpus), count: Int(CSTALLMON_POOL_CLASSES.rawValue))
+        classes[Int(CSTALLMON_POOL_HIGH.rawValue)].priority = "high"
+        classes[Int(CSTALLMON_POOL_MEDIUM.rawValue)].priority = "medium"
+        classes[Int(CSTALLMON_POOL_LOW.rawValue)].priority = "low"
+        classes[Int(CSTALLMON_POOL_BACKGROUND.rawValue)].priority = "background"
+        classes[Int(CSTALLMON_POOL_MAIN.rawValue)] = .init(pool: mainActorName, priority: "main", capacity: 1)
+        return classes
+    }
+
+    /// Every class's statistics now; `inProgress`: per class, how long its running jobs have run (nil: none).
+    private static func poolReadings(_ classes: [PoolStatsReporter.PoolClass], inProgress: [UInt64]?)
+        -> [PoolStatsReporter.PoolClass: PoolStatsReporter.Reading] {
+        var readings: [PoolStatsReporter.PoolClass: PoolStatsReporter.Reading] = [:]
+        for (index, poolClass) in classes.enumerated() {
+            readings[poolClass] = poolReading(Int32(index), inProgress: inProgress?[index] ?? 0)
+        }
+        return readings
+    }
+
+    private static func poolReading(_ poolClass: Int32, inProgress: UInt64) -> PoolStatsReporter.Reading {
+        var reading = PoolStatsReporter.Reading()
+        var run = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
+        var delay = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
+        _ = run.withUnsafeMutableBufferPointer { runBuffer in
+            delay.withUnsafeMutableBufferPointer { delayBuffer in
+                cstallmon_pool_stats(poolClass, &reading.totals, runBuffer.baseAddress, delayBuffer.baseAddress,
+                                     runBuffer.count)
+            }
+        }
+        reading.run = LoopBusyHistogram(counts: run)
+        reading.delay = LoopBusyHistogram(counts: delay)
+        reading.inProgressNanoseconds = inProgress
+        return reading
     }
 
     /// The name of the task a worker runs as job `sequence`, if it has one and still runs it.

@@ -18,6 +18,8 @@ final class ReportWriter: Sendable {
         case frozen(loopName: String, nanoseconds: UInt64)
         /// A loop's every-iteration figures over a window: a `loop.stats` line.
         case loopStats(LoopStatsReporter.Line, threadID: Int32)
+        /// Swift Concurrency's every-job figures of one pool class over a window: a `pool.stats` line.
+        case poolStats(PoolStatsReporter.Window)
     }
 
     /// Room for a burst from many loops at once (16 loops × begin, interim and finish, with margin).
@@ -203,6 +205,29 @@ final class ReportWriter: Sendable {
             event.busyP99Ms = milliseconds(0.99)
             event.busyMaxMs = milliseconds(1)
             event.utilization = (window.utilization * 10_000).rounded() / 10_000
+            log(event, client: client, state: &state)
+        case .poolStats(let window):
+            var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
+                                   event: "pool.stats")
+            event.loop = window.poolClass.pool
+            event.priority = window.poolClass.priority
+            event.windowS = Double(window.elapsedNanoseconds) / 1e9
+            event.jobs = Int(clamping: window.jobs)
+            func milliseconds(_ histogram: LoopBusyHistogram, _ fraction: Double) -> Double? {
+                histogram.percentile(fraction).map { Double($0.nanosecondsClamped) / 1e6 }
+            }
+            event.runP50Ms = milliseconds(window.run, 0.5)
+            event.runP90Ms = milliseconds(window.run, 0.9)
+            event.runP99Ms = milliseconds(window.run, 0.99)
+            event.runMaxMs = milliseconds(window.run, 1)
+            event.delayP50Ms = milliseconds(window.delay, 0.5)
+            event.delayP90Ms = milliseconds(window.delay, 0.9)
+            event.delayP99Ms = milliseconds(window.delay, 0.99)
+            event.delayMaxMs = milliseconds(window.delay, 1)
+            event.slowJobs = Int(clamping: window.slowJobs)
+            event.longDelays = Int(clamping: window.longDelays)
+            event.workers = window.workers
+            event.utilization = (window.busyRatio * 10_000).rounded() / 10_000
             log(event, client: client, state: &state)
         case .finish(let snapshot):
             var report = build(snapshot, client: client, state: &state)

@@ -2,7 +2,7 @@
 public struct StallEvent: Codable, Sendable, Equatable {
     /// Wall clock, ISO 8601 UTC with milliseconds.
     public var time: String
-    /// `stall.begin`, `stall.interim`, `stall.end`, `loop.stats`, `process.frozen` or `monitor.error`.
+    /// `stall.begin`, `stall.interim`, `stall.end`, `loop.stats`, `pool.stats`, `process.frozen` or `monitor.error`.
     public var event: String
     public var id: String?
     public var loop: String?
@@ -39,8 +39,29 @@ public struct StallEvent: Codable, Sendable, Equatable {
     public var busyP90Ms: Double?
     public var busyP99Ms: Double?
     public var busyMaxMs: Double?
-    /// `loop.stats`: busy time ÷ wall time over the window, 0…1.
+    /// `loop.stats`: busy time ÷ wall time over the window, 0…1. `pool.stats`: the busy ratio, busy time ÷ (window ×
+    /// threads that can run the class's jobs at once).
     public var utilization: Double?
+    /// `pool.stats`: the priority band (`high`, `medium`, `low`, `background`, or `main` for the main actor).
+    public var priority: String?
+    /// `pool.stats`: jobs finished in the window.
+    public var jobs: Int?
+    /// `pool.stats`: run time of those jobs (tokio's poll duration), median, 90th and 99th percentile and largest.
+    public var runP50Ms: Double?
+    public var runP90Ms: Double?
+    public var runP99Ms: Double?
+    public var runMaxMs: Double?
+    /// `pool.stats`: queue delay of those jobs, enqueued (or due) to begun (tokio's scheduled duration).
+    public var delayP50Ms: Double?
+    public var delayP90Ms: Double?
+    public var delayP99Ms: Double?
+    public var delayMaxMs: Double?
+    /// `pool.stats`: jobs that ran for at least the threshold (tokio's slow polls).
+    public var slowJobs: Int?
+    /// `pool.stats`: jobs that waited for at least the threshold before they began (tokio's long delays).
+    public var longDelays: Int?
+    /// `pool.stats`: the pool's worker threads alive at the window's end.
+    public var workers: Int?
 
     enum CodingKeys: String, CodingKey {
         case time, event, id, loop, tid, thresholdMs, elapsedMs, durationMs, label, topFrame, samples, report, count
@@ -48,6 +69,8 @@ public struct StallEvent: Codable, Sendable, Equatable {
         case stallClass = "class"
         case signature, suppressed, phase, mode, job
         case windowS, iterations, busyP50Ms, busyP90Ms, busyP99Ms, busyMaxMs, utilization
+        case priority, jobs, runP50Ms, runP90Ms, runP99Ms, runMaxMs, delayP50Ms, delayP90Ms, delayP99Ms, delayMaxMs
+        case slowJobs, longDelays, workers
     }
 
     public init(time: String, event: String) {

@@ -130,6 +130,29 @@ struct ConcurrencyStallMonitorTests {
         #expect(begins.contains { $0.job?.taskName == "checkout cart" }, "the event log names the task too")
     }
 
+    @Test("every job counted: thousands of short jobs and a burst that waited behind blocked workers, in pool.stats")
+    func poolStatistics() async throws {
+        let run = try await Self.run("pool-stats")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        let lines = run.events.filter { $0.event == "pool.stats" }
+        let medium = lines.filter { $0.priority == "medium" && $0.loop == "swift-global-executor" }
+        #expect(!medium.isEmpty, "\(run.events.map(\.event))")
+        let jobs = medium.compactMap(\.jobs).reduce(0, +)
+        #expect(jobs >= 2000 + 20 + 2, "every job counted: \(jobs)")
+        let workers = run.value("workers").flatMap(Int.init) ?? 2
+        #expect(medium.compactMap(\.slowJobs).reduce(0, +) >= workers, "each blocker ran past the threshold")
+        let longDelays = medium.compactMap(\.longDelays).reduce(0, +)
+        #expect(longDelays >= 10, "the burst of 20 waited behind the blockers: \(longDelays)")
+        let delayMax = medium.compactMap(\.delayMaxMs).max() ?? 0
+        #expect(delayMax >= 100, "the longest queue delay: \(delayMax) ms")
+        let runMax = medium.compactMap(\.runMaxMs).max() ?? 0
+        #expect(runMax >= 290 && runMax <= 400, "the blockers' run time: \(runMax) ms")
+        #expect(medium.allSatisfy { ($0.runP50Ms ?? 1) < 1 }, "most jobs are tiny")
+        #expect(medium.allSatisfy { ($0.utilization ?? -1) >= 0 && ($0.utilization ?? 2) <= 1 })
+        #expect(medium.contains { ($0.workers ?? 0) >= 1 })
+        #expect(lines.allSatisfy { $0.priority != "main" }, "the main actor was not timed (mainActor: false)")
+    }
+
     @Test("main-actor code of an async main: reported on the main actor, with the worker that drained it")
     func mainActor() async throws {
         let run = try await Self.run("main-actor")
