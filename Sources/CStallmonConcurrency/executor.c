@@ -827,6 +827,46 @@ ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size
     return length;
 }
 
+// MARK: - The canary (the watchdog thread sends it; a worker runs it)
+
+// A job-sized work item on the medium-priority queue, sent by the watchdog only while every worker it knows of is
+// busy: how long it waits to begin is how long a new job waits for a worker right now. Not a Swift job (no task,
+// no probe stamps): the worker that runs it stores one clock read.
+static struct {
+    _Atomic int outstanding;
+    _Atomic uint64_t sent;     // job-clock ticks
+    _Atomic uint64_t started;  // job-clock ticks; 0 until it ran
+} g_canary;
+
+static void canary_run(void *context) {
+    (void)context;
+    atomic_store_explicit(&g_canary.started, job_clock_now(), memory_order_relaxed);
+    atomic_store_explicit(&g_canary.outstanding, 0, memory_order_release);
+}
+
+int cstallmon_concurrency_send_canary(void) {
+    if (!cstallmon_concurrency_installed()) return 0;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong_explicit(&g_canary.outstanding, &expected, 1, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        return 0;
+    }
+    atomic_store_explicit(&g_canary.started, 0, memory_order_relaxed);
+    atomic_store_explicit(&g_canary.sent, job_clock_now(), memory_order_relaxed);
+    dispatch_async_f(queue_for(0x15), NULL, canary_run);
+    return 1;
+}
+
+int cstallmon_concurrency_canary(uint64_t *sent_ns, uint64_t *started_ns) {
+    int outstanding = atomic_load_explicit(&g_canary.outstanding, memory_order_acquire);
+    uint64_t sent = atomic_load_explicit(&g_canary.sent, memory_order_relaxed);
+    uint64_t started = atomic_load_explicit(&g_canary.started, memory_order_relaxed);
+    if (sent == 0) return -1;
+    *sent_ns = ticks_to_ns(sent);
+    *started_ns = outstanding ? 0 : ticks_to_ns(started);
+    return outstanding ? 1 : 0;
+}
+
 // MARK: - Statistics (the watchdog thread)
 
 int cstallmon_pool_class_of(uint8_t priority, uint8_t main_actor) {

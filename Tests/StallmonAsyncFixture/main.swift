@@ -91,6 +91,21 @@ enum AsyncStalls {
     }
 }
 
+enum Starvation {
+    @inline(never)
+    static func holdTheWorker(milliseconds: Int) {
+        AsyncStalls.blockingSleep(milliseconds: milliseconds)
+    }
+
+    @inline(never)
+    static func shortWork(microseconds: UInt64) -> Int {
+        let end = now() + microseconds * 1000
+        var value = 0
+        while now() < end { value &+= 1 }
+        return value
+    }
+}
+
 /// A mutex another (named) thread holds while the actor waits for it.
 final class HeldLock: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
@@ -186,6 +201,58 @@ case "pool-stats":
     for task in blockers { await task.value }
     say("workers \(workers)")
     try? await Task.sleep(for: .milliseconds(1500))
+    monitor.stop()
+
+case "starvation":
+    // A burst of short jobs on an idle pool (no report), then as many blocking jobs as workers with the same burst
+    // behind them (one starvation report naming every blocker).
+    let monitor = makeMonitor(mainActor: false)
+    monitor.start()
+    // Twenty tasks, each enqueued from this thread (the main actor's, no worker) at once.
+    let burst = {
+        let tasks = (0..<20).map { index in Task.detached { index &* 3 } }
+        for task in tasks { _ = await task.value }
+    }
+    await burst()
+    try? await Task.sleep(for: .milliseconds(300))
+    let workers = ProcessInfo.processInfo.activeProcessorCount
+    let blockers = (0..<workers).map { index in
+        Task.detached(name: "blocker \(index)") {
+            measured("blocker\(index)") { Starvation.holdTheWorker(milliseconds: 3 * thresholdMs) }
+        }
+    }
+    usleep(20_000)  // the blockers hold every worker (this thread is no worker)
+    let start = now()
+    await burst()
+    say("burst \(Double(now() - start) / 1e6)")
+    for task in blockers { await task.value }
+    try? await Task.sleep(for: .milliseconds(200))
+    monitor.stop()
+    report()
+
+case "busy-pool":
+    // Busy for a second with short CPU jobs whose producers wait for each (queue delay stays short: no report),
+    // then a flood of short CPU jobs that queue for several thresholds (a busy pool, starved by work).
+    let monitor = makeMonitor(mainActor: false)
+    monitor.start()
+    let workers = ProcessInfo.processInfo.activeProcessorCount
+    let until = now() + 1_000_000_000
+    await withTaskGroup(of: Void.self) { group in
+        for _ in 0..<(workers * 2) {
+            group.addTask {
+                while now() < until {
+                    _ = await Task.detached { Starvation.shortWork(microseconds: 500) }.value
+                }
+            }
+        }
+    }
+    say("closed loop done")
+    try? await Task.sleep(for: .milliseconds(200))
+    let flood = (0..<(4 * thresholdMs * workers)).map { _ in
+        Task.detached { Starvation.shortWork(microseconds: 1000) }
+    }
+    for task in flood { _ = await task.value }
+    try? await Task.sleep(for: .milliseconds(200))
     monitor.stop()
 
 case "main-actor":

@@ -119,6 +119,15 @@ typedef enum {
     CSTALLMON_POOL_CLASSES = 5,
 } cstallmon_pool_class;
 
+/// Sends the canary: a tiny work item on the global executor's medium-priority queue (where jobs without a
+/// priority go), whose wait to begin is a new job's wait for a worker. One at a time: returns 1 if sent now, 0 if
+/// one is still waiting (or the hooks are not installed). For the watchdog thread; NOT async-signal-safe.
+int cstallmon_concurrency_send_canary(void);
+
+/// The latest canary: when it was sent and, once a worker ran it, when it began (CLOCK_MONOTONIC ns; 0 while it
+/// waits). Returns 1 while it waits, 0 once it ran, -1 if none was ever sent. Async-signal-safe.
+int cstallmon_concurrency_canary(uint64_t *sent_ns, uint64_t *started_ns);
+
 /// The pool class of a job with this priority (`cstallmon_worker_reading.priority`), on the main actor or not.
 /// Async-signal-safe.
 int cstallmon_pool_class_of(uint8_t priority, uint8_t main_actor);

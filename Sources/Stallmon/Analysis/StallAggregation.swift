@@ -125,9 +125,14 @@ enum StallAggregation {
         let valid = stack.filter { table.indices.contains($0) }
         var chosen = valid.filter { table[$0].inApp }
         if chosen.isEmpty { chosen = valid }
+        return combine(chosen.prefix(5).map { table[$0].functionKey })
+    }
+
+    /// FNV-1a 64 of `keys`, each ended by a newline. 16 hex digits.
+    static func combine(_ keys: [String]) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for index in chosen.prefix(5) {
-            for byte in table[index].functionKey.utf8 {
+        for key in keys {
+            for byte in key.utf8 {
                 hash ^= UInt64(byte)
                 hash = hash &* 0x0000_0100_0000_01B3
             }

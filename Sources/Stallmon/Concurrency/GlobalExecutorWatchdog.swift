@@ -69,6 +69,7 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         var poolStats = PoolStatsReporter(lineInterval: configuration.loopStatsInterval)
         _ = poolStats.step(now: statisticsBaseline.at, readings: statisticsBaseline.readings, workers: [:])
         let poolClasses = poolClasses
+        let starvation = StarvationWatch(poolName: poolName, client: client, writer: writer, lender: lender)
 
         while !runner.isStopping {
             let now = cstallmon_monotonic_ns()
@@ -80,6 +81,7 @@ final class GlobalExecutorWatchdog: WatchdogThread {
             var waitedForACapture = false
             var inProgress = [UInt64](repeating: 0, count: poolClasses.count)
             var workersAlive = 0
+            var views: [StarvationWatch.WorkerView] = []
             for index in Int32(0)..<Int32(CSTALLMON_MAX_WORKERS) {
                 var probe = cstallmon_worker_reading()
                 let present = cstallmon_worker_read(index, &probe) == 1
@@ -95,6 +97,7 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                 }
                 guard present else { continue }
                 if probe.state == 1 { workersAlive += 1 }
+                views.append(.init(index: index, generation: probe.generation, tid: probe.tid, probe: probe))
                 if probe.sequence & 1 == 1 {
                     let poolClass = Int(cstallmon_pool_class_of(probe.priority, probe.main_actor))
                     if poolClass < inProgress.count { inProgress[poolClass] += now &- min(now, probe.job_since) }
@@ -119,6 +122,11 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                 wakeAt = min(wakeAt, workerWake)
                 if !worker.tracker.isStalled { lender.giveBack(&worker.capturer) }
             }
+            let starving = starvation.isStarving
+            wakeAt = min(wakeAt, starvation.pass(now: now, workers: views) { view in
+                Self.job(of: view.probe, index: view.index)
+            })
+            waitedForACapture = waitedForACapture || starving || starvation.isStarving
             if poolStats.nextDue.map({ now >= $0 }) ?? true {
                 let windows = poolStats.step(now: now, readings: Self.poolReadings(poolClasses, inProgress: inProgress),
                                              workers: [poolName: workersAlive])
@@ -149,6 +157,7 @@ final class GlobalExecutorWatchdog: WatchdogThread {
             if now >= grace { break }
             usleep(1000)
         }
+        starvation.stopMidStarvation(now: cstallmon_monotonic_ns())
         for worker in workers.values {
             worker.tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: worker.tid)
             lender.giveBack(&worker.capturer)
@@ -192,6 +201,14 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         reading.delay = LoopBusyHistogram(counts: delay)
         reading.inProgressNanoseconds = inProgress
         return reading
+    }
+
+    /// The job a worker runs, as reports name it (its task's name read while it still runs).
+    private static func job(of probe: cstallmon_worker_reading, index: Int32) -> StallReport.Job {
+        StallReport.Job(
+            executor: probe.main_actor == 1 ? "main" : "global", priority: StallReport.Job.priorityName(probe.priority),
+            taskId: probe.kind == 0 ? probe.task_id : nil, kind: StallReport.Job.kindName(probe.kind),
+            taskName: probe.named_task == 1 ? taskName(index: index, sequence: probe.sequence) : nil)
     }
 
     /// The name of the task a worker runs as job `sequence`, if it has one and still runs it.
@@ -246,12 +263,8 @@ final class GlobalExecutorWatchdog: WatchdogThread {
             },
             describe: { snapshot in  // at a stall's begin only
                 guard let probe = jobReading else { return }
-                let onMainActor = probe.main_actor == 1
-                snapshot.job = StallReport.Job(
-                    executor: onMainActor ? "main" : "global", priority: StallReport.Job.priorityName(probe.priority),
-                    taskId: probe.kind == 0 ? probe.task_id : nil, kind: StallReport.Job.kindName(probe.kind),
-                    taskName: probe.named_task == 1 ? Self.taskName(index: index, sequence: probe.sequence) : nil)
-                snapshot.loopName = onMainActor ? mainActorName : poolName
+                snapshot.job = Self.job(of: probe, index: index)
+                snapshot.loopName = probe.main_actor == 1 ? mainActorName : poolName
             },
             isAlive: !retired)
         let result = worker.tracker.step(reading, now: now, target: target, freezes: freezes)

@@ -273,14 +273,58 @@ final class ReportWriter: Sendable {
 
     private func build(_ snapshot: StallSnapshot, client: ReportClient, state: inout WriterState) -> StallReport {
         if state.builders[client.configuration.inApp] == nil { symbolicatorsCreated.wrappingAdd(1, ordering: .relaxed) }
-        var report = state.reportBuilder(for: client.configuration.inApp).build(snapshot)
+        let builder = state.reportBuilder(for: client.configuration.inApp)
+        var report = builder.build(snapshot)
         if let phaseOfReport = client.phaseOfReport { report.phase = phaseOfReport(report) }
         report.mode = snapshot.mode
         report.job = snapshot.job
+        if let starvation = snapshot.starvation {
+            Self.describeStarvation(&report, starvation, builder: builder)
+        }
         return report
     }
 
+    /// A starved pool's report: each culprit built as a stall of its own (its stack, class, wait, signature), and
+    /// the report's signature made of the culprits' set, so `stallmon report` groups starvations by who held the
+    /// pool.
+    private static func describeStarvation(_ report: inout StallReport, _ starvation: StarvationSnapshot,
+                                           builder: ReportBuilder) {
+        // A culprit's stack refers to the report's `frames` (made of every culprit's samples), not its own table.
+        func key(_ frame: StallReport.Frame) -> String {
+            "\(frame.address)|\(frame.symbol ?? "")|\(frame.file ?? "")|\(frame.line ?? -1)|\(frame.inlined ?? false)"
+        }
+        var position: [String: Int] = [:]
+        for (index, frame) in report.frames.enumerated() where position[key(frame)] == nil { position[key(frame)] = index }
+        let culprits = starvation.culprits.map { culprit in
+            let built = builder.build(culprit.snapshot)
+            let hottest = built.hottestStack.map { stack in
+                HottestStack(frames: stack.frames.compactMap { built.frames.indices.contains($0)
+                    ? position[key(built.frames[$0])] : nil }, samples: stack.samples, of: stack.of)
+            }
+            return StallReport.Culprit(
+                thread: built.thread, job: culprit.snapshot.job,
+                busyMs: Double(culprit.snapshot.durationNanoseconds) / 1e6, heldThroughout: culprit.heldThroughout,
+                stallClass: built.stallClass, topFrame: built.topFrame, hottestStack: hottest,
+                waitingOn: built.waitingOn, signature: built.signature, samples: built.samples.count)
+        }
+        report.kind = "starvation"
+        report.starvation = StallReport.Starvation(
+            verdict: starvation.verdict, saturatedMs: Double(starvation.saturatedNanoseconds) / 1e6,
+            oldestWaitMs: Double(starvation.oldestWaitNanoseconds) / 1e6,
+            waitedJobs: Int(clamping: starvation.waitedJobs), jobsRun: Int(clamping: starvation.jobsRun),
+            workers: starvation.workers, culprits: culprits)
+        report.stallClass = starvation.verdict == "busy" ? .cpu : report.stallClass
+        let held = culprits.filter(\.heldThroughout)
+        // The culprits that held the pool name it; for a busy pool, every job seen on a worker.
+        let signatures = Set((held.isEmpty ? culprits : held).compactMap(\.signature)).sorted()
+        report.signature = signatures.isEmpty
+            ? nil : StallAggregation.combine(["starvation"] + signatures)
+        report.topFrame = (held.first ?? culprits.first)?.topFrame ?? report.topFrame
+    }
+
     private func baseEvent(_ name: String, _ snapshot: StallSnapshot) -> StallEvent {
+        // A starved pool's events are `starvation.begin` and `starvation.end`.
+        let name = snapshot.starvation == nil ? name : name.replacingOccurrences(of: "stall.", with: "starvation.")
         var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()), event: name)
         event.id = snapshot.id
         event.loop = snapshot.loopName

@@ -27,4 +27,23 @@ struct StallSnapshot: Sendable {
     var mode: String? = nil
     /// For a Swift Concurrency worker: the job that held it.
     var job: StallReport.Job? = nil
+    /// For a starved pool's report (then `samples` are every culprit's).
+    var starvation: StarvationSnapshot? = nil
+}
+
+/// A starved pool as the watchdog saw it: the culprits (one snapshot per busy worker, with its samples) and the
+/// figures the report's `starvation` object is made of.
+struct StarvationSnapshot: Sendable {
+    struct Culprit: Sendable {
+        var snapshot: StallSnapshot
+        var heldThroughout: Bool
+    }
+
+    var culprits: [Culprit]
+    var verdict: String
+    var saturatedNanoseconds: UInt64
+    var oldestWaitNanoseconds: UInt64
+    var waitedJobs: UInt64
+    var jobsRun: UInt64
+    var workers: Int
 }

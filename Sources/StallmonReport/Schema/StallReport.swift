@@ -66,6 +66,12 @@ public struct StallReport: Codable, Sendable, Equatable {
     /// For a stall on Swift Concurrency's global executor or the main actor (`ConcurrencyStallMonitor`): the job
     /// that held the worker thread. `loop` is then the pool's name and `thread` the worker. Absent for loops.
     public var job: Job?
+    /// Absent for a stall; `starvation` for a starved pool (`ConcurrencyStallMonitor`): every worker busy while a
+    /// job waited longer than the threshold. `thread` is then the first culprit's worker, `durationMs` how long the
+    /// pool was saturated, `samples` every culprit's, and `signature` the set of the culprits' signatures.
+    public var kind: String?
+    /// For `kind: starvation`: how long jobs waited, and the culprits: the job each busy worker was running.
+    public var starvation: Starvation?
 
     /// Members every report has: a file without one of them is incomplete.
     static let requiredKeys = ["schema", "id", "ongoing", "process", "thread", "loop", "thresholdMs", "start",
@@ -76,7 +82,77 @@ public struct StallReport: Codable, Sendable, Equatable {
         case topFrame, captures, samples, frames, images
         case stallClass = "class"
         case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore, phase, mode
-        case waitingOn, job
+        case waitingOn, job, kind, starvation
+    }
+
+    /// A starved pool: who held every worker, and how long jobs waited for one.
+    public struct Starvation: Codable, Sendable, Equatable {
+        /// `blocked`: a culprit held its worker throughout, waiting on something (sleep, lock, I/O); `cpu`: held
+        /// throughout, computing; `busy`: the workers ran many jobs, none held throughout (a pool busy with work).
+        public var verdict: String
+        /// Every worker busy: from the moment the last one was taken (its job's begin) to the first job that found
+        /// a free worker.
+        public var saturatedMs: Double
+        /// The longest a job waited for a worker (the probe job stallmon sends, or a job's own queue delay).
+        public var oldestWaitMs: Double
+        /// Jobs that waited at least the threshold before they began.
+        public var waitedJobs: Int
+        /// Jobs that finished on the pool while it was saturated.
+        public var jobsRun: Int
+        /// Worker threads of the pool (all busy).
+        public var workers: Int
+        /// The job each busy worker was running when the starvation was detected, longest-running first.
+        public var culprits: [Culprit]
+
+        public init(verdict: String, saturatedMs: Double, oldestWaitMs: Double, waitedJobs: Int, jobsRun: Int,
+                    workers: Int, culprits: [Culprit]) {
+            self.verdict = verdict
+            self.saturatedMs = saturatedMs
+            self.oldestWaitMs = oldestWaitMs
+            self.waitedJobs = waitedJobs
+            self.jobsRun = jobsRun
+            self.workers = workers
+            self.culprits = culprits
+        }
+    }
+
+    /// One busy worker of a starved pool and what it ran.
+    public struct Culprit: Codable, Sendable, Equatable {
+        public var thread: ThreadDescription
+        public var job: Job?
+        /// How long the job had held the worker when the starvation ended (or when its job ended, if sooner).
+        public var busyMs: Double
+        /// True when the job held its worker for the whole saturation.
+        public var heldThroughout: Bool
+        public var stallClass: StallClass?
+        public var topFrame: FrameSummary?
+        public var hottestStack: HottestStack?
+        public var waitingOn: [WaitingOn]?
+        /// The culprit's own stack signature (as a stall's).
+        public var signature: String?
+        /// Stack samples taken of it.
+        public var samples: Int
+
+        enum CodingKeys: String, CodingKey {
+            case thread, job, busyMs, heldThroughout
+            case stallClass = "class"
+            case topFrame, hottestStack, waitingOn, signature, samples
+        }
+
+        public init(thread: ThreadDescription, job: Job?, busyMs: Double, heldThroughout: Bool,
+                    stallClass: StallClass?, topFrame: FrameSummary?, hottestStack: HottestStack?,
+                    waitingOn: [WaitingOn]?, signature: String?, samples: Int) {
+            self.thread = thread
+            self.job = job
+            self.busyMs = busyMs
+            self.heldThroughout = heldThroughout
+            self.stallClass = stallClass
+            self.topFrame = topFrame
+            self.hottestStack = hottestStack
+            self.waitingOn = waitingOn
+            self.signature = signature
+            self.samples = samples
+        }
     }
 
     /// A Swift Concurrency job: what a worker of the global executor (or the main actor) was running.

@@ -153,6 +153,59 @@ struct ConcurrencyStallMonitorTests {
         #expect(lines.allSatisfy { $0.priority != "main" }, "the main actor was not timed (mainActor: false)")
     }
 
+    @Test("every worker blocked, a burst behind them: one starvation report naming each blocker; the burst on an idle pool: none")
+    func starvation() async throws {
+        let run = try await Self.run("starvation")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        let starved = run.reports.filter { $0.kind == "starvation" }
+        #expect(starved.count == 1, "one starvation, none for the burst on the idle pool: \(starved.map(\.start.wall))")
+        let report = try #require(starved.first)
+        let starvation = try #require(report.starvation)
+        let blockers = run.measured.filter { $0.key.hasPrefix("blocker") }
+        #expect(starvation.verdict == "blocked")
+        #expect(starvation.workers == blockers.count)
+        #expect(starvation.culprits.count == blockers.count, "\(starvation.culprits.map(\.thread))")
+        for (name, measured) in blockers {
+            let culprit = starvation.culprits.first { $0.thread.tid == measured.tid }
+            #expect(culprit != nil, "\(name)'s worker \(measured.tid) is a culprit")
+            #expect(culprit?.job?.taskName == "blocker \(name.dropFirst("blocker".count))")
+            #expect(culprit?.heldThroughout == true)
+            #expect(culprit?.stallClass == .blocked)
+            #expect(culprit?.waitingOn?.first?.kind == "sleep")
+            let stack = (culprit?.hottestStack?.frames ?? []).map { report.frames[$0].symbol ?? "" }
+            #expect(stack.contains { $0.contains("Starvation.holdTheWorker") }, "\(stack)")
+            #expect(culprit.map { $0.busyMs >= measured.milliseconds - 1 } == true,
+                    "\(name): busy \(culprit?.busyMs ?? 0) ms, measured \(measured.milliseconds) ms")
+        }
+        #expect(starvation.waitedJobs >= 20, "the burst of 20 waited: \(starvation.waitedJobs)")
+        let burst = run.value("burst").flatMap(Double.init) ?? 0
+        #expect(starvation.oldestWaitMs >= 150 && starvation.oldestWaitMs <= burst + 40,
+                "oldest wait \(starvation.oldestWaitMs) ms; the burst took \(burst) ms")
+        #expect(starvation.saturatedMs >= 250 && starvation.saturatedMs <= 400, "\(starvation.saturatedMs)")
+        #expect(report.signature != nil && report.signature != starvation.culprits.first?.signature,
+                "the report's signature is the set of its culprits'")
+        let events = run.events.map(\.event)
+        #expect(events.filter { $0 == "starvation.begin" }.count == 1, "\(events)")
+        #expect(events.filter { $0 == "starvation.end" }.count == 1, "\(events)")
+    }
+
+    @Test("a pool busy with short jobs: not starved while producers wait for each; a flood that queues is starved and called busy")
+    func busyPool() async throws {
+        let run = try await Self.run("busy-pool")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.reports.filter { $0.kind != "starvation" }.isEmpty, "no job is slow: \(run.reports.map(\.topFrame))")
+        let starved = run.reports.filter { $0.kind == "starvation" }
+        #expect(starved.count == 1, "only the flood: \(starved.map(\.start.wall))")
+        let starvation = try #require(starved.first?.starvation)
+        #expect(starvation.verdict == "busy")
+        #expect(starvation.culprits.allSatisfy { !$0.heldThroughout })
+        #expect(starvation.waitedJobs >= 100 && starvation.jobsRun >= 100, "\(starvation.waitedJobs) \(starvation.jobsRun)")
+        let report = try #require(starved.first)
+        #expect(starvation.culprits.contains { culprit in
+            (culprit.hottestStack?.frames ?? []).contains { report.frames[$0].symbol?.contains("shortWork") == true }
+        }, "a culprit ran the flood's jobs")
+    }
+
     @Test("main-actor code of an async main: reported on the main actor, with the worker that drained it")
     func mainActor() async throws {
         let run = try await Self.run("main-actor")

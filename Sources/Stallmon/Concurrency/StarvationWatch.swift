@@ -1,0 +1,272 @@
+import CStallmonCapture
+import CStallmonConcurrency
+import Foundation
+import StallmonLoop
+import StallmonReport
+
+/// Starvation of the global executor's pool, as the pool's watchdog sees it pass by pass: a job that waits longer
+/// than the threshold because every worker is busy. No single job needs to be slow for that (a pool of two workers
+/// held by two 80 ms jobs, with a request queued behind them, is starved at a 100 ms threshold as soon as the
+/// request has waited 100 ms), so per-job stall detection does not see it.
+///
+/// How: while as many workers run medium-priority jobs as the machine has CPUs, it sends the canary (`cstallmon_concurrency_send_canary`,
+/// a tiny work item on the medium-priority queue). A canary that has not begun after the threshold means a new job
+/// cannot get a worker: the starvation begins, and every busy worker is a culprit: its job, a stack sample now and
+/// every sample interval while its job lasts, its scheduler figures. The starvation ends when the canary begins; the
+/// report then says how long the pool was saturated, how long the oldest job waited, how many waited, and which
+/// culprits held their worker throughout (blocked or computing) or whether the workers ran many jobs (busy).
+/// Owned by the pool's watchdog thread.
+final class StarvationWatch {
+    /// A worker as this pass read it.
+    struct WorkerView {
+        var index: Int32
+        var generation: UInt32
+        var tid: Int32
+        var probe: cstallmon_worker_reading
+    }
+
+    private struct Culprit {
+        var worker: WorkerView
+        var job: StallReport.Job?
+        var since: UInt64
+        var samples: [RawSample] = []
+        var baseline: ThreadStats?
+        var baselineAt: UInt64
+        /// When the watchdog first saw its job over (nil while it runs).
+        var endedAt: UInt64?
+    }
+
+    private struct Episode {
+        var id: String
+        var detectedAt: UInt64
+        var saturatedSince: UInt64
+        var canarySent: UInt64
+        var culprits: [Culprit]
+        var totalsAtBegin: cstallmon_pool_totals
+        var delayAtBegin: LoopBusyHistogram
+        var nextSampleAt: UInt64
+        var workers: Int
+        /// When the canary began: the saturation is over; the report waits a moment for the jobs queued behind
+        /// the canary to begin, so their waits are counted.
+        var canaryStarted: UInt64?
+    }
+
+    private let poolName: String
+    private let client: ReportClient
+    private let writer: ReportWriter
+    private let lender: SlotLender
+    private let threshold: UInt64
+    private let sampleInterval: UInt64
+    private let maxSamples: Int
+    /// Threads the canary's queue can have: the machine's CPUs.
+    private let capacity: Int
+    private var episode: Episode?
+    private var descriptors = DescriptorResolver()
+
+    init(poolName: String, client: ReportClient, writer: ReportWriter, lender: SlotLender) {
+        self.poolName = poolName
+        self.client = client
+        self.writer = writer
+        self.lender = lender
+        let configuration = client.configuration
+        threshold = UInt64(configuration.threshold.nanosecondsClamped)
+        sampleInterval = UInt64(configuration.sampleInterval.nanosecondsClamped)
+        maxSamples = max(1, min(configuration.maxSamples, 50))
+        capacity = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+    }
+
+    var isStarving: Bool { episode != nil }
+
+    /// One pass over the pool's workers (`describe` gives a worker's job as the report names it). Returns when the
+    /// watch wants the next pass.
+    func pass(now: UInt64, workers: [WorkerView], describe: (WorkerView) -> StallReport.Job?) -> UInt64 {
+        let busy = workers.filter { $0.probe.state == 1 && $0.probe.sequence & 1 == 1 }
+        // The canary's queue is full when as many of its jobs run as it has room for (libdispatch gives each
+        // priority's queue as many threads as CPUs; a worker of another priority, idle or not, is no room for it).
+        let saturated = busy.filter { cstallmon_pool_class_of($0.probe.priority, $0.probe.main_actor)
+            == Int32(CSTALLMON_POOL_MEDIUM.rawValue) }.count >= capacity
+        var sent: UInt64 = 0
+        var started: UInt64 = 0
+        let canary = cstallmon_concurrency_canary(&sent, &started)
+        guard var current = episode else {
+            if saturated && canary != 1 {
+                _ = cstallmon_concurrency_send_canary()
+                return now + min(threshold / 4, 10_000_000)
+            }
+            guard saturated, canary == 1 else { return now + threshold / 2 }
+            if now &- sent < threshold { return sent + threshold }
+            begin(now: now, canarySent: sent, busy: busy, describe: describe)
+            return now + sampleInterval
+        }
+        // Culprits whose job ended (the worker moved on, or its thread exited) keep what they had.
+        let byIndex = Dictionary(uniqueKeysWithValues: workers.map { ($0.index, $0) })
+        for position in current.culprits.indices where current.culprits[position].endedAt == nil
+            && current.canaryStarted == nil {
+            let culprit = current.culprits[position]
+            if let seen = byIndex[culprit.worker.index], seen.generation == culprit.worker.generation,
+               seen.probe.sequence == culprit.worker.probe.sequence {
+                continue
+            }
+            current.culprits[position].endedAt = now
+        }
+        if canary == 0 || current.canaryStarted != nil {
+            let ended = current.canaryStarted ?? started
+            current.canaryStarted = ended
+            episode = current
+            let drained = ended + min(threshold / 4, 25_000_000)
+            guard now >= drained else { return drained }
+            finish(now: now, canaryStarted: ended)
+            return now + threshold / 2
+        }
+        if now >= current.nextSampleAt {
+            for position in current.culprits.indices where current.culprits[position].endedAt == nil
+                && current.culprits[position].samples.count < maxSamples {
+                current.culprits[position].samples.append(sample(current.culprits[position].worker))
+            }
+            current.nextSampleAt = now + sampleInterval
+        }
+        episode = current
+        return current.nextSampleAt
+    }
+
+    /// The watchdog stops during a starvation: written as ongoing, as a stall would be.
+    func stopMidStarvation(now: UInt64) {
+        guard episode != nil else { return }
+        finish(now: now, canaryStarted: nil)
+    }
+
+    private func begin(now: UInt64, canarySent: UInt64, busy: [WorkerView], describe: (WorkerView) -> StallReport.Job?) {
+        var culprits: [Culprit] = busy.map { worker in
+            Culprit(worker: worker, job: describe(worker), since: worker.probe.job_since,
+                    baseline: ThreadStats.read(tid: worker.tid), baselineAt: now)
+        }
+        culprits.sort { $0.since < $1.since }
+        descriptors = DescriptorResolver()
+        for position in culprits.indices {
+            culprits[position].samples.append(sample(culprits[position].worker))
+        }
+        // The last worker was taken when its job began; a pool busy with ever-new jobs was full at least since the
+        // canary was sent.
+        let lastTaken = culprits.map(\.since).max() ?? canarySent
+        let before = Self.globalTotals()
+        episode = Episode(id: UUID().uuidString.lowercased(), detectedAt: now,
+                          saturatedSince: min(lastTaken, canarySent), canarySent: canarySent, culprits: culprits,
+                          totalsAtBegin: before.totals, delayAtBegin: before.delay, nextSampleAt: now + sampleInterval,
+                          workers: busy.count)
+        client.counters.stallsDetected.wrappingAdd(1, ordering: .relaxed)
+        if let snapshot = snapshot(now: now, end: now, ongoing: true) {
+            writer.submit(.begin(snapshot), from: client)
+        }
+    }
+
+    private func finish(now: UInt64, canaryStarted: UInt64?) {
+        guard let snapshot = snapshot(now: now, end: canaryStarted ?? now, ongoing: canaryStarted == nil) else {
+            episode = nil
+            return
+        }
+        writer.submit(canaryStarted == nil ? .interim(snapshot) : .finish(snapshot), from: client)
+        episode = nil
+    }
+
+    /// The report's snapshot: the saturation up to `end` (the canary's begin), every culprit as a stall of its own.
+    private func snapshot(now: UInt64, end: UInt64, ongoing: Bool) -> StallSnapshot? {
+        guard let episode else { return nil }
+        let later = Self.globalTotals()
+        var culprits: [StarvationSnapshot.Culprit] = []
+        var held: [StallClass] = []
+        for culprit in episode.culprits {
+            let jobEnd = min(culprit.endedAt ?? end, max(end, culprit.since))
+            let heldThroughout = culprit.endedAt == nil || culprit.endedAt! >= end
+            var snapshot = StallSnapshot(
+                id: episode.id, loopName: poolName, threadID: culprit.worker.tid, thresholdNanoseconds: threshold,
+                since: culprit.since, sinceWall: Self.wall(of: culprit.since, now: now),
+                durationNanoseconds: jobEnd &- culprit.since, durationExact: false, ongoing: ongoing,
+                elapsedAtDetection: episode.detectedAt &- culprit.since, labelID: 0, samples: culprit.samples)
+            snapshot.job = culprit.job
+            if let baseline = culprit.baseline, let stats = ThreadStats.read(tid: culprit.worker.tid),
+               now > culprit.baselineAt {
+                let wall = now - culprit.baselineAt
+                let cpu = min(stats.cpuNanoseconds &- baseline.cpuNanoseconds, wall)
+                let delay = min(stats.runDelayNanoseconds &- baseline.runDelayNanoseconds, wall - cpu)
+                snapshot.threadClass = StallClassifier.classify(cpu: cpu, runDelay: delay, wall: wall)
+            } else {
+                // No scheduler figures: what the samples saw (asleep in a call, or running).
+                let asleep = culprit.samples.filter { $0.threadState == "S" || $0.threadState == "D" }.count
+                snapshot.threadClass = asleep * 2 > culprit.samples.count ? .blocked : .cpu
+            }
+            if heldThroughout { held.append(snapshot.threadClass) }
+            culprits.append(StarvationSnapshot.Culprit(snapshot: snapshot, heldThroughout: heldThroughout))
+        }
+        let verdict = held.isEmpty ? "busy" : held.contains(.blocked) ? "blocked" : "cpu"
+        let delay = later.delay.subtracting(episode.delayAtBegin)
+        let oldestJob = delay.percentile(1).map { UInt64($0.nanosecondsClamped) } ?? 0
+        let canaryWait = end &- episode.canarySent
+        let starvation = StarvationSnapshot(
+            culprits: culprits, verdict: verdict, saturatedNanoseconds: end &- episode.saturatedSince,
+            oldestWaitNanoseconds: max(canaryWait, oldestJob),
+            waitedJobs: later.totals.long_delays &- episode.totalsAtBegin.long_delays,
+            jobsRun: later.totals.jobs &- episode.totalsAtBegin.jobs, workers: episode.workers)
+        let first = culprits.first?.snapshot
+        var snapshot = StallSnapshot(
+            id: episode.id, loopName: poolName, threadID: first?.threadID ?? 0, thresholdNanoseconds: threshold,
+            since: episode.saturatedSince, sinceWall: Self.wall(of: episode.saturatedSince, now: now),
+            durationNanoseconds: end &- episode.saturatedSince, durationExact: false, ongoing: ongoing,
+            elapsedAtDetection: episode.detectedAt &- episode.saturatedSince, labelID: 0,
+            samples: culprits.flatMap(\.snapshot.samples))
+        snapshot.job = first?.job
+        snapshot.threadClass = verdict == "blocked" ? .blocked : .cpu
+        snapshot.starvation = starvation
+        return snapshot
+    }
+
+    /// One sample of a culprit: what it is blocked in (before the signal), then its stack, pinned so its thread
+    /// cannot exit meanwhile.
+    private func sample(_ worker: WorkerView) -> RawSample {
+        let (state, _, wait) = WaitTarget.current(of: worker.tid, descriptors: &descriptors)
+        var result: RawSample
+        if cstallmon_worker_pin(worker.index, worker.generation) == 1 {
+            defer { cstallmon_worker_unpin(worker.index) }
+            var capturer = lender.borrow(for: worker.tid)
+            if let borrowed = capturer {
+                result = borrowed.capture(labelID: 0)
+                lender.giveBack(&capturer)
+            } else {
+                result = RawSample(capturedAt: cstallmon_monotonic_ns(), status: .notReady, frames: [],
+                                   truncated: false, pauseNanoseconds: 0, labelID: 0)
+            }
+        } else {
+            result = RawSample(capturedAt: cstallmon_monotonic_ns(), status: .signalFailed, frames: [],
+                               truncated: false, pauseNanoseconds: 0, labelID: 0)
+        }
+        result.threadState = state
+        result.wait = wait
+        if result.status == .ok { client.counters.samplesCaptured.wrappingAdd(1, ordering: .relaxed) }
+        return result
+    }
+
+    private static func wall(of monotonic: UInt64, now: UInt64) -> UInt64 {
+        let wallNow = cstallmon_realtime_ns()
+        return wallNow - min(wallNow, now &- min(now, monotonic))
+    }
+
+    /// The global executor's totals and queue-delay histogram, over its four priority bands.
+    private static func globalTotals() -> (totals: cstallmon_pool_totals, delay: LoopBusyHistogram) {
+        var totals = cstallmon_pool_totals()
+        var delayCounts = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
+        for poolClass in [CSTALLMON_POOL_HIGH, CSTALLMON_POOL_MEDIUM, CSTALLMON_POOL_LOW, CSTALLMON_POOL_BACKGROUND] {
+            var part = cstallmon_pool_totals()
+            var run = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
+            var delay = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
+            _ = run.withUnsafeMutableBufferPointer { runBuffer in
+                delay.withUnsafeMutableBufferPointer { delayBuffer in
+                    cstallmon_pool_stats(Int32(poolClass.rawValue), &part, runBuffer.baseAddress,
+                                         delayBuffer.baseAddress, runBuffer.count)
+                }
+            }
+            totals.jobs &+= part.jobs
+            totals.long_delays &+= part.long_delays
+            for index in delayCounts.indices { delayCounts[index] &+= delay[index] }
+        }
+        return (totals, LoopBusyHistogram(counts: delayCounts))
+    }
+}
