@@ -165,7 +165,8 @@ enum SummaryText {
             var location = group.topFrame
             if let place = StallReport.location(file: group.file, line: group.line) { location += "  (\(place))" }
             let count = group.suppressed > 0 ? "\(group.count)+\(group.suppressed)" : String(group.count)
-            return [count, ms(group.totalMs), ms(group.p50Ms), ms(group.maxMs), group.stallClass?.rawValue ?? "-",
+            return [count, ms(group.totalMs), ms(group.p50Ms), ms(group.maxMs),
+                    group.kind == "starvation" ? "starved:\(group.stallClass?.rawValue ?? "-")" : group.stallClass?.rawValue ?? "-",
                     group.signature.map { String($0.prefix(8)) } ?? "-", location]
         }
         out += Table.render(header: ["COUNT", "TOTAL", "P50", "MAX", "CLASS", "SIG", "TOP IN-APP FRAME"], rows: rows,

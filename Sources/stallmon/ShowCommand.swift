@@ -53,6 +53,7 @@ struct ShowCommand: ParsableCommand {
 /// The human form of one report.
 enum ReportText {
     static func render(_ report: StallReport, path: String) -> String {
+        if let starvation = report.starvation { return renderStarvation(report, starvation, path: path) }
         var out = "Stall \(report.id)\(report.ongoing ? "  [ONGOING when written]" : "")\n"
         out += "  file:     \(path)\n"
         out += "  loop:     \(report.loop)  thread \(report.thread.tid) \"\(report.thread.name)\"  "
@@ -113,6 +114,50 @@ enum ReportText {
             return out + "\n  (no stack captured)\n"
         }
         out += frameLines(stack, report)
+        return out
+    }
+
+    /// A starved pool: how long, how many waited, then each culprit with its job, why and its hottest stack.
+    private static func renderStarvation(_ report: StallReport, _ starvation: StallReport.Starvation,
+                                         path: String) -> String {
+        var out = "Starvation \(report.id)\(report.ongoing ? "  [ONGOING when written]" : "")\n"
+        out += "  file:     \(path)\n"
+        out += "  pool:     \(report.loop)  \(starvation.workers) workers, all busy  pid \(report.process.pid) on "
+            + "\(report.process.hostname)\n"
+        out += "  started:  \(report.start.wall)\n"
+        out += "  lasted:   saturated \(ms(starvation.saturatedMs)); the oldest job waited "
+            + "\(ms(starvation.oldestWaitMs)) (threshold \(ms(report.thresholdMs)))\n"
+        out += "  jobs:     \(starvation.waitedJobs) waited past the threshold; \(starvation.jobsRun) ran meanwhile\n"
+        let verdicts = [
+            "blocked": "blocked: workers held by jobs that waited on something",
+            "cpu": "cpu: workers held by jobs that computed throughout",
+            "busy": "busy: the workers ran many jobs, none held one throughout (more work than workers)",
+        ]
+        out += "  why:      \(verdicts[starvation.verdict] ?? starvation.verdict)\n"
+        if let signature = report.signature { out += "  group:    signature \(signature)\n" }
+        if let suppressed = report.suppressedBefore, suppressed > 0 {
+            out += "  also:     \(suppressed) earlier starvation(s) of this signature got no report (rate limit)\n"
+        }
+        for (number, culprit) in starvation.culprits.enumerated() {
+            out += "\nCulprit \(number + 1): thread \(culprit.thread.tid) \"\(culprit.thread.name)\", busy "
+                + "\(ms(culprit.busyMs))\(culprit.heldThroughout ? ", held its worker throughout" : "")\n"
+            if let job = culprit.job {
+                out += "  job:      \(job.kind)\(job.taskId.map { " \($0)" } ?? "")"
+                    + "\(job.taskName.map { " \"\($0)\"" } ?? ""), priority \(job.priority)\n"
+            }
+            if let top = culprit.topFrame { out += "  top:      \(top.displayName)\n" }
+            if let stallClass = culprit.stallClass { out += "  why:      \(stallClass.rawValue)\n" }
+            for wait in (culprit.waitingOn ?? []).prefix(2) {
+                out += "  waiting:  \(wait.syscall)" + (wait.target.map { " on \($0)" } ?? "")
+                    + " (\(wait.samples) of \(culprit.samples) samples)\n"
+            }
+            if let hottest = culprit.hottestStack, !hottest.frames.isEmpty {
+                out += "  stack, \(hottest.samples) of \(hottest.of) samples, innermost first:\n"
+                out += frameLines(Array(hottest.frames.prefix(16)), report, indent: "  ")
+            } else {
+                out += "  (no stack captured)\n"
+            }
+        }
         return out
     }
 

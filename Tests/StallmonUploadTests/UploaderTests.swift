@@ -109,6 +109,32 @@ struct UploaderTests {
         #expect(record["stallmon.loop"] == .object(["stringValue": .string("swift-global-executor")]))
     }
 
+    /// A starved pool tells the collector how long, and who held the workers.
+    @Test func otlpRecordsDescribeAStarvation() throws {
+        var report = sampleReport(durationMs: 303)
+        report.loop = "swift-global-executor"
+        report.kind = "starvation"
+        let culprit = StallReport.Culprit(
+            thread: .init(tid: 4755, name: "worker"),
+            job: .init(executor: "global", priority: "medium", taskId: 24, kind: "task", taskName: "blocker 0"),
+            busyMs: 303.2, heldThroughout: true, stallClass: .blocked, topFrame: report.topFrame, hottestStack: nil,
+            waitingOn: nil, signature: "c264abf44894d2a0", samples: 3)
+        report.starvation = .init(verdict: "blocked", saturatedMs: 303.1, oldestWaitMs: 276.8, waitedJobs: 20,
+                                  jobsRun: 25, workers: 2, culprits: [culprit])
+        let record = try deliverOTLPRecord(report)
+        #expect(record["stallmon.kind"] == .object(["stringValue": .string("starvation")]))
+        #expect(record["stallmon.starvation.verdict"] == .object(["stringValue": .string("blocked")]))
+        #expect(record["stallmon.starvation.saturated_ms"] == .object(["doubleValue": .number(303.1)]))
+        #expect(record["stallmon.starvation.waited_jobs"] == .object(["intValue": .string("20")]))
+        guard case .object(let value)? = record["stallmon.starvation.culprits"],
+              case .string(let culprits)? = value["stringValue"] else {
+            Issue.record("no culprits: \(record)")
+            return
+        }
+        #expect(culprits.hasPrefix("thread 4755 task \"blocker 0\": "), "\(culprits)")
+        #expect(culprits.hasSuffix("(blocked, busy 303.2 ms, held throughout)"), "\(culprits)")
+    }
+
     @Test func ndjsonSendsOneReportPerLine() throws {
         let receiver = try Receiver()
         let directory = makeTemporaryDirectory()

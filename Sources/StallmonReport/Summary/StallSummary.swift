@@ -64,12 +64,15 @@ public struct StallSummary: Codable, Sendable, Equatable {
         /// report's main wait), and in how many of its stalls; nil when none says.
         public var waitingOn: String?
         public var waitingOnCount: Int?
+        /// `starvation` for a group of starved-pool reports (their signature is their culprits' set, so a group
+        /// never mixes them with stalls); absent for stalls.
+        public var kind: String?
 
         enum CodingKeys: String, CodingKey {
             case signature
             case stallClass = "class"
             case suppressed, topFrame, file, line, count, totalMs, maxMs, p50Ms, loops, reportIds, example
-            case waitingOn, waitingOnCount
+            case waitingOn, waitingOnCount, kind
         }
     }
 
@@ -136,6 +139,7 @@ public struct StallSummary: Codable, Sendable, Equatable {
                          reportIds: members.map(\.report.id), example: longest.path)
             group.waitingOn = commonWait?.key
             group.waitingOnCount = commonWait?.value.count
+            group.kind = members.first?.report.kind
             return group
         }.sorted { ($0.count, $0.totalMs) > ($1.count, $1.totalMs) }
     }
@@ -170,11 +174,12 @@ public struct StallDigest: Codable, Sendable, Equatable {
     public var topFrame: StallReport.FrameSummary?
     public var suppressedBefore: Int?
     public var waitingOn: [StallReport.WaitingOn]?
+    public var kind: String?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case schema, id, ongoing, loop, start, durationMs
         case stallClass = "class"
-        case signature, topFrame, suppressedBefore, waitingOn
+        case signature, topFrame, suppressedBefore, waitingOn, kind
     }
 
     public init(_ report: StallReport) {
@@ -189,5 +194,6 @@ public struct StallDigest: Codable, Sendable, Equatable {
         topFrame = report.topFrame
         suppressedBefore = report.suppressedBefore
         waitingOn = report.waitingOn
+        kind = report.kind
     }
 }

@@ -180,13 +180,36 @@ enum OTLP {
             }
             if let name = job.taskName { attributes.append(KeyValue(key: "stallmon.job.task_name", value: .string(name))) }
         }
+        if let starvation = report.starvation {
+            attributes.append(KeyValue(key: "stallmon.kind", value: .string(report.kind ?? "starvation")))
+            attributes.append(KeyValue(key: "stallmon.starvation.verdict", value: .string(starvation.verdict)))
+            attributes.append(KeyValue(key: "stallmon.starvation.saturated_ms", value: .double(starvation.saturatedMs)))
+            attributes.append(KeyValue(key: "stallmon.starvation.oldest_wait_ms",
+                                       value: .double(starvation.oldestWaitMs)))
+            attributes.append(KeyValue(key: "stallmon.starvation.waited_jobs", value: .int(starvation.waitedJobs)))
+            attributes.append(KeyValue(key: "stallmon.starvation.jobs_run", value: .int(starvation.jobsRun)))
+            attributes.append(KeyValue(key: "stallmon.starvation.workers", value: .int(starvation.workers)))
+            // One line per culprit: its worker, task, function, class and how long it held the worker.
+            let culprits = starvation.culprits.map { culprit in
+                "thread \(culprit.thread.tid)"
+                    + (culprit.job?.taskName.map { " task \"\($0)\"" } ?? culprit.job?.taskId.map { " task \($0)" } ?? "")
+                    + ": \(culprit.topFrame?.displayName ?? "(no stack)")"
+                    + " (\(culprit.stallClass?.rawValue ?? "unknown"), busy \(String(format: "%.1f", culprit.busyMs)) ms"
+                    + (culprit.heldThroughout ? ", held throughout)" : ")")
+            }
+            attributes.append(KeyValue(key: "stallmon.starvation.culprits", value: .string(culprits.joined(separator: "\n"))))
+        }
         if let figures = report.threadStats {
             attributes.append(KeyValue(key: "stallmon.thread.cpu_ms", value: .double(figures.cpuMs)))
             attributes.append(KeyValue(key: "stallmon.thread.run_delay_ms", value: .double(figures.runDelayMs)))
             attributes.append(KeyValue(key: "stallmon.thread.sleep_ms", value: .double(figures.sleepMs)))
         }
         let start = dates.nanoseconds(report.start.wall)
-        let body = "loop \"\(report.loop)\" stalled \(String(format: "%.1f", report.durationMs)) ms"
+        let body = report.starvation.map { starvation in
+            "pool \"\(report.loop)\" starved \(String(format: "%.1f", starvation.saturatedMs)) ms, the oldest job waited "
+                + "\(String(format: "%.1f", starvation.oldestWaitMs)) ms" + (report.ongoing ? " (ongoing)" : "")
+                + "; held by \(top)"
+        } ?? "loop \"\(report.loop)\" stalled \(String(format: "%.1f", report.durationMs)) ms"
             + (report.ongoing ? " (ongoing)" : "") + " in \(top)"
         return LogRecord(timeUnixNano: String(start ?? observedAt), observedTimeUnixNano: String(observedAt),
                          severityNumber: severityWarn, severityText: "WARN", body: .string(body),
