@@ -94,7 +94,7 @@ _Static_assert(sizeof(void *) == 8, "the job header offsets below are those of 6
 #define PRIORITY_COUNT 0x22
 // In a probe's job attributes: the job runs on the main actor (the main queue), not the global executor.
 #define JOB_ON_MAIN_ACTOR (1u << 16)
-// In a probe's job attributes: the job is a task created with a name; the probe's `named_task` holds the task.
+// In a probe's job attributes: the job is a task created with a name (see the probe's `job`).
 #define JOB_NAMED_TASK (1u << 17)
 
 // MARK: - State
@@ -131,9 +131,9 @@ typedef struct {
     _Atomic uint64_t long_job;
     _Atomic uint64_t long_begin;
     _Atomic uint64_t long_end;
-    // The running task when it has a name (JOB_NAMED_TASK): written only for named tasks, read only under the
-    // seqlock and only while the job runs (the task is alive then).
-    _Atomic uintptr_t named_task;
+    // The running job (the task, for a task): read only under the seqlock and only while the job runs (it is alive
+    // then), for its task's name and label.
+    _Atomic uintptr_t job;
     // The job statistics of this probe's workers (allocated at the probe's first claim and kept for later threads).
     struct worker_stats *_Atomic stats;
     char padding[128 - 88];  // one probe per pair of cache lines: workers never share a line
@@ -449,11 +449,10 @@ static inline __attribute__((always_inline)) job_timing job_begins(worker_probe 
     uint32_t attributes = (uint32_t)header[JOB_KIND] | (uint32_t)header[JOB_PRIORITY] << 8 | where;
     timing.pool = pool_class(header[JOB_PRIORITY], where);
     timing.enqueued = *(const uint64_t *)(header + JOB_SCHEDULER_PRIVATE_0);
+    // Before the odd sequence, so a reader that sees the job running sees this job.
+    atomic_store_explicit(&probe->job, (uintptr_t)header, memory_order_relaxed);
     if (__builtin_expect(header[JOB_KIND] == 0 && (header[JOB_FLAGS_TOP] & JOB_TOP_HAS_TASK_NAME), 0)) {
-        // A named task (rare): the watchdog reads its name only if this job stalls. Before the odd sequence, so a
-        // reader that sees the job running sees this task.
-        atomic_store_explicit(&probe->named_task, (uintptr_t)header, memory_order_relaxed);
-        attributes |= JOB_NAMED_TASK;
+        attributes |= JOB_NAMED_TASK;  // a named task (rare): the watchdog reads its name only if this job stalls
     }
     timing.sequence = stamp_begin(probe, attributes, task_id, &timing.begin);
     return timing;
@@ -816,12 +815,28 @@ ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size
     worker_probe *probe = &g_state.probes[index];
     if (atomic_load_explicit(&probe->sequence, memory_order_acquire) != sequence) return -1;
     uint32_t attributes = atomic_load_explicit(&probe->job_attributes, memory_order_relaxed);
-    uintptr_t task = atomic_load_explicit(&probe->named_task, memory_order_relaxed);
+    uintptr_t task = atomic_load_explicit(&probe->job, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&probe->sequence, memory_order_relaxed) != sequence) return -1;
     if ((attributes & JOB_NAMED_TASK) == 0) return -1;
     ssize_t length = read_task_name(task, out, capacity);
     // Still the same job after the reads: the task was alive throughout, so what was read is its name.
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&probe->sequence, memory_order_relaxed) != sequence) return -1;
+    return length;
+}
+
+ssize_t cstallmon_worker_label(int index, uint64_t sequence, char *out, size_t capacity) {
+    if (capacity == 0 || index < 0 || index >= CSTALLMON_MAX_WORKERS || (sequence & 1) == 0) return -1;
+    worker_probe *probe = &g_state.probes[index];
+    if (atomic_load_explicit(&probe->sequence, memory_order_acquire) != sequence) return -1;
+    uint32_t attributes = atomic_load_explicit(&probe->job_attributes, memory_order_relaxed);
+    uintptr_t job = atomic_load_explicit(&probe->job, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&probe->sequence, memory_order_relaxed) != sequence) return -1;
+    if ((attributes & 0xFF) != 0) return -1;  // not a task: an actor's drain job has no task of its own
+    ssize_t length = cstallmon_label_read(job, out, capacity);
+    // Still the same job: the label found is its task's (a task's address is reused only after it is freed).
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&probe->sequence, memory_order_relaxed) != sequence) return -1;
     return length;

@@ -145,6 +145,7 @@ enum ReportText {
                 out += "  job:      \(job.kind)\(job.taskId.map { " \($0)" } ?? "")"
                     + "\(job.taskName.map { " \"\($0)\"" } ?? ""), priority \(job.priority)\n"
             }
+            if let label = culprit.label { out += "  running:  \(label)\n" }
             if let top = culprit.topFrame { out += "  top:      \(top.displayName)\n" }
             if let stallClass = culprit.stallClass { out += "  why:      \(stallClass.rawValue)\n" }
             for wait in (culprit.waitingOn ?? []).prefix(2) {

@@ -157,16 +157,20 @@ case "stalls":
     let monitor = makeMonitor()
     monitor.start()
     await Task.detached(name: "checkout cart") {
-        measured("cpu") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+        await StallLabel.withValue("POST /checkout") {
+            measured("cpu") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+        }
     }.value
     try? await Task.sleep(for: .milliseconds(50))
-    await withTaskGroup(of: Void.self) { group in
+    // The parent's label is not its children's.
+    await StallLabel.withValue("GET /report") { await withTaskGroup(of: Void.self) { group in
         group.addTask(name: "résumé renderer") {
             // A cancellation handler puts a status record of its own in front of the name's.
             await withTaskCancellationHandler {
                 measured("sleep") { AsyncStalls.blockingSleep(milliseconds: 5 * thresholdMs / 2) }
             } onCancel: {}
         }
+    }
     }
     try? await Task.sleep(for: .milliseconds(50))
     let ledger = Ledger()
@@ -218,7 +222,9 @@ case "starvation":
     let workers = ProcessInfo.processInfo.activeProcessorCount
     let blockers = (0..<workers).map { index in
         Task.detached(name: "blocker \(index)") {
-            measured("blocker\(index)") { Starvation.holdTheWorker(milliseconds: 3 * thresholdMs) }
+            await StallLabel.withValue("GET /slow/\(index)") {
+                measured("blocker\(index)") { Starvation.holdTheWorker(milliseconds: 3 * thresholdMs) }
+            }
         }
     }
     usleep(20_000)  // the blockers hold every worker (this thread is no worker)

@@ -69,6 +69,8 @@ struct PackageProductsTests {
                 guard !(lines.first ?? "").hasPrefix("// Package.swift") else { continue }
                 // StallmonNIO snippets need the NIO trait; StallmonNIOTests compiles them (ReadmeSnippets.swift).
                 guard !lines.contains("import StallmonNIO") else { continue }
+                // The Hummingbird middleware is compiled by Tests/HummingbirdService (HummingbirdServiceTests).
+                guard !lines.contains("import Hummingbird") else { continue }
                 let imports = lines.filter { $0.hasPrefix("import ") }
                 let body = lines.filter { !$0.hasPrefix("import ") }
                 let index = snippets.count

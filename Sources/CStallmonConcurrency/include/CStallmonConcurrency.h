@@ -152,6 +152,29 @@ typedef struct {
 int cstallmon_pool_stats(int pool, cstallmon_pool_totals *out, uint64_t *run_buckets, uint64_t *delay_buckets,
                          size_t bucket_count);
 
+/// The longest label kept (bytes of UTF-8; a longer one is cut).
+#define CSTALLMON_LABEL_MAX_BYTES 96
+
+/// Sets the stall label of task `task` (its address, `withUnsafeCurrentTask`) to `text` (`length` bytes, cut at
+/// CSTALLMON_LABEL_MAX_BYTES), replacing the task's previous one. Returns the slot, for `cstallmon_label_clear`, or
+/// -1 when the table is full near the task's home slot (the label is then dropped and counted). Lock-free (a
+/// compare-and-swap and a seqlocked copy), no allocation; for the task itself. Async-signal-safe.
+int cstallmon_label_set(uintptr_t task, const char *text, size_t length);
+
+/// Removes the label of `task` from `slot` (nothing if another task holds it). Async-signal-safe.
+void cstallmon_label_clear(int slot, uintptr_t task);
+
+/// Copies the label of `task` into `out` with its NUL. Returns its length, or -1 when the task has none.
+/// Async-signal-safe.
+ssize_t cstallmon_label_read(uintptr_t task, char *out, size_t capacity);
+
+/// Labels dropped because the table was full. Async-signal-safe.
+uint64_t cstallmon_labels_dropped(void);
+
+/// The label of the task that probe `index` runs as its job `sequence` (odd), if the job is a task and has one;
+/// -1 otherwise (or when the job ended meanwhile). Async-signal-safe.
+ssize_t cstallmon_worker_label(int index, uint64_t sequence, char *out, size_t capacity);
+
 /// How many workers ran jobs unwatched because every probe was taken. Async-signal-safe.
 uint64_t cstallmon_concurrency_unwatched_workers(void);
 

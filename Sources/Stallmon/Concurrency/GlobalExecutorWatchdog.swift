@@ -124,7 +124,7 @@ final class GlobalExecutorWatchdog: WatchdogThread {
             }
             let starving = starvation.isStarving
             wakeAt = min(wakeAt, starvation.pass(now: now, workers: views) { view in
-                Self.job(of: view.probe, index: view.index)
+                (Self.job(of: view.probe, index: view.index), Self.label(index: view.index, sequence: view.probe.sequence))
             })
             waitedForACapture = waitedForACapture || starving || starvation.isStarving
             if poolStats.nextDue.map({ now >= $0 }) ?? true {
@@ -211,6 +211,16 @@ final class GlobalExecutorWatchdog: WatchdogThread {
             taskName: probe.named_task == 1 ? taskName(index: index, sequence: probe.sequence) : nil)
     }
 
+    /// The label (`StallLabel`) of the task a worker runs as job `sequence`, if it has one and still runs it.
+    private static func label(index: Int32, sequence: UInt64) -> String? {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: Int(CSTALLMON_LABEL_MAX_BYTES) + 1) { buffer in
+            guard let base = buffer.baseAddress, cstallmon_worker_label(index, sequence, base, buffer.count) >= 0 else {
+                return nil
+            }
+            return String(validatingCString: base)
+        }
+    }
+
     /// The name of the task a worker runs as job `sequence`, if it has one and still runs it.
     private static func taskName(index: Int32, sequence: UInt64) -> String? {
         withUnsafeTemporaryAllocation(of: CChar.self, capacity: 256) { buffer in
@@ -264,6 +274,7 @@ final class GlobalExecutorWatchdog: WatchdogThread {
             describe: { snapshot in  // at a stall's begin only
                 guard let probe = jobReading else { return }
                 snapshot.job = Self.job(of: probe, index: index)
+                snapshot.labelText = Self.label(index: index, sequence: probe.sequence)
                 snapshot.loopName = probe.main_actor == 1 ? mainActorName : poolName
             },
             isAlive: !retired)

@@ -28,6 +28,7 @@ final class StarvationWatch {
     private struct Culprit {
         var worker: WorkerView
         var job: StallReport.Job?
+        var label: String?
         var since: UInt64
         var samples: [RawSample] = []
         var baseline: ThreadStats?
@@ -79,7 +80,7 @@ final class StarvationWatch {
 
     /// One pass over the pool's workers (`describe` gives a worker's job as the report names it). Returns when the
     /// watch wants the next pass.
-    func pass(now: UInt64, workers: [WorkerView], describe: (WorkerView) -> StallReport.Job?) -> UInt64 {
+    func pass(now: UInt64, workers: [WorkerView], describe: (WorkerView) -> (StallReport.Job?, String?)) -> UInt64 {
         let busy = workers.filter { $0.probe.state == 1 && $0.probe.sequence & 1 == 1 }
         // The canary's queue is full when as many of its jobs run as it has room for (libdispatch gives each
         // priority's queue as many threads as CPUs; a worker of another priority, idle or not, is no room for it).
@@ -135,10 +136,12 @@ final class StarvationWatch {
         finish(now: now, canaryStarted: nil)
     }
 
-    private func begin(now: UInt64, canarySent: UInt64, busy: [WorkerView], describe: (WorkerView) -> StallReport.Job?) {
+    private func begin(now: UInt64, canarySent: UInt64, busy: [WorkerView],
+                       describe: (WorkerView) -> (StallReport.Job?, String?)) {
         var culprits: [Culprit] = busy.map { worker in
-            Culprit(worker: worker, job: describe(worker), since: worker.probe.job_since,
-                    baseline: ThreadStats.read(tid: worker.tid), baselineAt: now)
+            let (job, label) = describe(worker)
+            return Culprit(worker: worker, job: job, label: label, since: worker.probe.job_since,
+                           baseline: ThreadStats.read(tid: worker.tid), baselineAt: now)
         }
         culprits.sort { $0.since < $1.since }
         descriptors = DescriptorResolver()
@@ -173,16 +176,21 @@ final class StarvationWatch {
         guard let episode else { return nil }
         let later = Self.globalTotals()
         var culprits: [StarvationSnapshot.Culprit] = []
-        var held: [StallClass] = []
+        var heldClasses: [StallClass] = []
         for culprit in episode.culprits {
             let jobEnd = min(culprit.endedAt ?? end, max(end, culprit.since))
-            let heldThroughout = culprit.endedAt == nil || culprit.endedAt! >= end
+            // Held throughout: busy for at least 90 % of the saturation (a job that ended a pass before the canary
+            // began, as the worker freed by it ran the canary, still held the pool).
+            let saturated = end &- min(end, episode.saturatedSince)
+            let held = jobEnd &- min(jobEnd, max(culprit.since, episode.saturatedSince))
+            let heldThroughout = saturated == 0 || held * 10 >= saturated * 9
             var snapshot = StallSnapshot(
                 id: episode.id, loopName: poolName, threadID: culprit.worker.tid, thresholdNanoseconds: threshold,
                 since: culprit.since, sinceWall: Self.wall(of: culprit.since, now: now),
                 durationNanoseconds: jobEnd &- culprit.since, durationExact: false, ongoing: ongoing,
                 elapsedAtDetection: episode.detectedAt &- culprit.since, labelID: 0, samples: culprit.samples)
             snapshot.job = culprit.job
+            snapshot.labelText = culprit.label
             if let baseline = culprit.baseline, let stats = ThreadStats.read(tid: culprit.worker.tid),
                now > culprit.baselineAt {
                 let wall = now - culprit.baselineAt
@@ -194,10 +202,10 @@ final class StarvationWatch {
                 let asleep = culprit.samples.filter { $0.threadState == "S" || $0.threadState == "D" }.count
                 snapshot.threadClass = asleep * 2 > culprit.samples.count ? .blocked : .cpu
             }
-            if heldThroughout { held.append(snapshot.threadClass) }
+            if heldThroughout { heldClasses.append(snapshot.threadClass) }
             culprits.append(StarvationSnapshot.Culprit(snapshot: snapshot, heldThroughout: heldThroughout))
         }
-        let verdict = held.isEmpty ? "busy" : held.contains(.blocked) ? "blocked" : "cpu"
+        let verdict = heldClasses.isEmpty ? "busy" : heldClasses.contains(.blocked) ? "blocked" : "cpu"
         let delay = later.delay.subtracting(episode.delayAtBegin)
         let oldestJob = delay.percentile(1).map { UInt64($0.nanosecondsClamped) } ?? 0
         let canaryWait = end &- episode.canarySent
@@ -214,6 +222,7 @@ final class StarvationWatch {
             elapsedAtDetection: episode.detectedAt &- episode.saturatedSince, labelID: 0,
             samples: culprits.flatMap(\.snapshot.samples))
         snapshot.job = first?.job
+        snapshot.labelText = first?.labelText
         snapshot.threadClass = verdict == "blocked" ? .blocked : .cpu
         snapshot.starvation = starvation
         return snapshot

@@ -278,6 +278,7 @@ final class ReportWriter: Sendable {
         if let phaseOfReport = client.phaseOfReport { report.phase = phaseOfReport(report) }
         report.mode = snapshot.mode
         report.job = snapshot.job
+        if let text = snapshot.labelText { report.label = text }
         if let starvation = snapshot.starvation {
             Self.describeStarvation(&report, starvation, builder: builder)
         }
@@ -302,7 +303,7 @@ final class ReportWriter: Sendable {
                     ? position[key(built.frames[$0])] : nil }, samples: stack.samples, of: stack.of)
             }
             return StallReport.Culprit(
-                thread: built.thread, job: culprit.snapshot.job,
+                thread: built.thread, job: culprit.snapshot.job, label: culprit.snapshot.labelText,
                 busyMs: Double(culprit.snapshot.durationNanoseconds) / 1e6, heldThroughout: culprit.heldThroughout,
                 stallClass: built.stallClass, topFrame: built.topFrame, hottestStack: hottest,
                 waitingOn: built.waitingOn, signature: built.signature, samples: built.samples.count)
@@ -330,7 +331,7 @@ final class ReportWriter: Sendable {
         event.loop = snapshot.loopName
         event.tid = snapshot.threadID
         event.thresholdMs = Double(snapshot.thresholdNanoseconds) / 1e6
-        event.label = snapshot.labelID == 0 ? nil : LooperLabel(id: snapshot.labelID).name
+        event.label = snapshot.labelText ?? (snapshot.labelID == 0 ? nil : LooperLabel(id: snapshot.labelID).name)
         event.mode = snapshot.mode
         event.job = snapshot.job
         return event

@@ -27,6 +27,8 @@ struct StallSnapshot: Sendable {
     var mode: String? = nil
     /// For a Swift Concurrency worker: the job that held it.
     var job: StallReport.Job? = nil
+    /// The label of an async job's task (`StallLabel`), instead of a `Looper` label.
+    var labelText: String? = nil
     /// For a starved pool's report (then `samples` are every culprit's).
     var starvation: StarvationSnapshot? = nil
 }

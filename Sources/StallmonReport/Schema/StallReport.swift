@@ -120,9 +120,11 @@ public struct StallReport: Codable, Sendable, Equatable {
     public struct Culprit: Codable, Sendable, Equatable {
         public var thread: ThreadDescription
         public var job: Job?
+        /// The label of the job's task (`StallLabel`), when it had one.
+        public var label: String?
         /// How long the job had held the worker when the starvation ended (or when its job ended, if sooner).
         public var busyMs: Double
-        /// True when the job held its worker for the whole saturation.
+        /// True when the job held its worker for (at least 90 % of) the whole saturation.
         public var heldThroughout: Bool
         public var stallClass: StallClass?
         public var topFrame: FrameSummary?
@@ -134,16 +136,17 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var samples: Int
 
         enum CodingKeys: String, CodingKey {
-            case thread, job, busyMs, heldThroughout
+            case thread, job, label, busyMs, heldThroughout
             case stallClass = "class"
             case topFrame, hottestStack, waitingOn, signature, samples
         }
 
-        public init(thread: ThreadDescription, job: Job?, busyMs: Double, heldThroughout: Bool,
+        public init(thread: ThreadDescription, job: Job?, label: String? = nil, busyMs: Double, heldThroughout: Bool,
                     stallClass: StallClass?, topFrame: FrameSummary?, hottestStack: HottestStack?,
                     waitingOn: [WaitingOn]?, signature: String?, samples: Int) {
             self.thread = thread
             self.job = job
+            self.label = label
             self.busyMs = busyMs
             self.heldThroughout = heldThroughout
             self.stallClass = stallClass

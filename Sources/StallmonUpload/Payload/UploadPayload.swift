@@ -193,6 +193,7 @@ enum OTLP {
             let culprits = starvation.culprits.map { culprit in
                 "thread \(culprit.thread.tid)"
                     + (culprit.job?.taskName.map { " task \"\($0)\"" } ?? culprit.job?.taskId.map { " task \($0)" } ?? "")
+                    + (culprit.label.map { " [\($0)]" } ?? "")
                     + ": \(culprit.topFrame?.displayName ?? "(no stack)")"
                     + " (\(culprit.stallClass?.rawValue ?? "unknown"), busy \(String(format: "%.1f", culprit.busyMs)) ms"
                     + (culprit.heldThroughout ? ", held throughout)" : ")")

@@ -3,7 +3,8 @@
 //
 //   hb-stall-service REPORT_DIR PORT_FILE [monitor | nio-takeover | plain]
 //
-// Writes the port it listens on (127.0.0.1) to PORT_FILE. GET /cpu, /sleep and /lock stall; /fast does not;
+// Writes the port it listens on (127.0.0.1) to PORT_FILE. GET /cpu, /sleep, /lock and /users/{id}/invoice stall;
+// /fast does not; StallLabelMiddleware names each request's stalls after its route;
 // /measurements lists what each stalling handler measured itself: `measured NAME MS TID` lines. In nio-takeover
 // mode, NIO's executor take-over is installed first and the monitor's error goes to stderr (exit 3). In plain mode
 // there is no monitor at all (the benchmark's baseline).
@@ -140,11 +141,16 @@ struct Service {
         }
 
         let router = Router()
+        router.add(middleware: StallLabelMiddleware())
         router.get("cpu") { _, _ -> String in measured("cpu") { Handlers.renderInvoice(milliseconds: 300) } }
         router.get("sleep") { _, _ -> String in measured("sleep") { Handlers.readLegacyFile(milliseconds: 250) } }
         router.get("lock") { _, _ -> String in
             Handlers.ledger.holdOnAnotherThread(milliseconds: 300)
             return measured("lock") { Handlers.updateLedger() }
+        }
+        router.get("users/{id}/invoice") { _, context -> String in
+            let id = try context.parameters.require("id")
+            return measured("invoice") { Handlers.renderInvoice(milliseconds: 200) + " for \(id)" }
         }
         router.get("fast") { _, _ -> String in "fast" }
         router.get("measurements") { _, _ -> String in measurements.withLock { $0.joined(separator: "\n") } }

@@ -111,9 +111,11 @@ struct ConcurrencyStallMonitorTests {
         #expect(cpu?.job?.kind == "task")
         #expect(cpu?.job?.taskId != nil)
         #expect(cpu?.job?.taskName == "checkout cart", "Task.detached(name:)")
+        #expect(cpu?.label == "POST /checkout", "StallLabel.withValue")
         let sleep = Self.check(run, job: "sleep", topFrame: "AsyncStalls.blockingSleep",
                                loop: "swift-global-executor", executor: "global", stallClass: .blocked)
         #expect(sleep?.job?.taskName == "résumé renderer", "a task group's child named in addTask(name:)")
+        #expect(sleep?.label == "", "a child task does not carry its parent's label")
         #expect(sleep?.waitingOn?.first?.kind == "sleep", "\(String(describing: sleep?.waitingOn))")
         let lock = Self.check(run, job: "lock", topFrame: "HeldLock.acquireAndRelease",
                               loop: "swift-global-executor", executor: "global", stallClass: .blocked)
@@ -128,6 +130,7 @@ struct ConcurrencyStallMonitorTests {
         #expect(begins.count == 3)
         #expect(begins.allSatisfy { $0.job?.executor == "global" && $0.loop == "swift-global-executor" })
         #expect(begins.contains { $0.job?.taskName == "checkout cart" }, "the event log names the task too")
+        #expect(begins.contains { $0.label == "POST /checkout" }, "and its label")
     }
 
     @Test("every job counted: thousands of short jobs and a burst that waited behind blocked workers, in pool.stats")
@@ -169,6 +172,7 @@ struct ConcurrencyStallMonitorTests {
             let culprit = starvation.culprits.first { $0.thread.tid == measured.tid }
             #expect(culprit != nil, "\(name)'s worker \(measured.tid) is a culprit")
             #expect(culprit?.job?.taskName == "blocker \(name.dropFirst("blocker".count))")
+            #expect(culprit?.label == "GET /slow/\(name.dropFirst("blocker".count))")
             #expect(culprit?.heldThroughout == true)
             #expect(culprit?.stallClass == .blocked)
             #expect(culprit?.waitingOn?.first?.kind == "sleep")
