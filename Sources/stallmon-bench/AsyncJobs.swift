@@ -22,7 +22,58 @@ struct AsyncJobs {
     func run(_ results: Results) throws {
         try cost(results)
         try detection(results)
+        try starvation(results)
         try hummingbird(results)
+    }
+
+    // MARK: Starvation
+
+    /// Bursts that block every worker for 60–400 ms (half under the threshold, half over) with short jobs queued
+    /// behind them: a starvation report for each burst over the threshold and none for the others, and the reported
+    /// saturation beside the one the blockers measured (the last one's begin to the first one's end).
+    private func starvation(_ results: Results) throws {
+        let bursts = quick ? 20 : 100
+        print("\n8d. \(bursts) bursts that block every worker (threshold 100 ms, half just under), short jobs queued behind")
+        let directory = scratch + "/async-starvation"
+        let measurement = try Self.child(["--workload", "starvation", "--monitor", "on", "--count", String(bursts),
+                                          "--report-dir", directory])
+        let reports = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
+            .filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
+            .compactMap { try? JSONDecoder().decode(StarvationDigest.self,
+                                                    from: Data(contentsOf: URL(fileURLWithPath: directory + "/" + $0))) }
+            .filter { $0.kind == "starvation" }
+        let threshold = 100.0
+        // Truth: each burst's saturation as its blockers measured it (begin = the last blocker's begin).
+        let over = measurement.injected.filter { $0.milliseconds >= threshold }
+        var matched = Set<String>()
+        var errors: [Double] = []
+        for burst in over {
+            guard let report = reports.first(where: {
+                !matched.contains($0.id) && abs(Int64(bitPattern: $0.start.monotonicNs &- burst.begin)) < 20_000_000
+            }) else { continue }
+            matched.insert(report.id)
+            errors.append(abs(report.starvation.saturatedMs - burst.milliseconds))
+        }
+        let recall = over.isEmpty ? .nan : Double(matched.count) / Double(over.count) * 100
+        let precision = reports.isEmpty ? .nan : Double(matched.count) / Double(reports.count) * 100
+        results.add(Figure(section: "async", name: "starved bursts over the threshold: recall", value: recall, unit: "%",
+                           target: "≥ 99 %", note: "\(matched.count) of \(over.count)"))
+        results.add(Figure(section: "async", name: "starvation precision (reports that were real)", value: precision,
+                           unit: "%", target: "≥ 99 %",
+                           note: "\(reports.count - matched.count) false, \(reports.count) reports"))
+        results.add(Figure(section: "async", name: "saturation time error, median", value: Stats.median(errors),
+                           unit: "ms"))
+        results.add(Figure(section: "async", name: "saturation time error, p99", value: Stats.percentile(errors, 0.99),
+                           unit: "ms", target: "≤ 5 ms"))
+    }
+
+    struct StarvationDigest: Decodable {
+        struct Start: Decodable { var monotonicNs: UInt64 }
+        struct Starvation: Decodable { var saturatedMs: Double }
+        var id: String
+        var kind: String?
+        var start: Start
+        var starvation: Starvation
     }
 
     // MARK: A Hummingbird 2 hello-world route under wrk
@@ -238,7 +289,7 @@ struct AsyncChild: ParsableCommand {
 
     func run() throws {
         var monitorInstance: ConcurrencyStallMonitor?
-        let threshold = workload == "stalls" ? 50 : 10_000
+        let threshold = workload == "stalls" ? 50 : workload == "starvation" ? 100 : 10_000
         if monitor == "on" {
             var configuration = StallMonitorConfiguration(threshold: .milliseconds(threshold),
                                                           reportDirectory: reportDir)
@@ -258,7 +309,11 @@ struct AsyncChild: ParsableCommand {
         let measurement = Box(Measurement(cpuNanoseconds: 0, wallNanoseconds: 0, jobs: 0))
         let workload = workload
         let count = count
-        Task.detached {
+        if workload == "starvation" {
+            // From this thread, no worker: the short jobs are enqueued while every worker is blocked.
+            measurement.value.injected = Self.injectStarvations(count, threshold: threshold)
+            done.signal()
+        } else { Task.detached {
             switch workload {
             case "yield": await Self.yieldPingPong(count)
             case "actor": await Self.actorCalls(count)
@@ -268,7 +323,7 @@ struct AsyncChild: ParsableCommand {
             default: break
             }
             done.signal()
-        }
+        } }
         done.wait()
         measurement.value.cpuNanoseconds = Self.jobThreadsCPU() &- cpuBefore
         measurement.value.wallNanoseconds = nowNanoseconds() - wallBefore
@@ -369,6 +424,48 @@ struct AsyncChild: ParsableCommand {
         await heart.value
         heartbeat.value.heartbeat = beats.value
         return injected
+    }
+
+    /// `count` bursts: as many blocking jobs as CPUs, each asleep for the burst's time (half 1.3–4× the threshold,
+    /// half 0.6–0.9×), and 10 short jobs enqueued 5 ms later; a pause between bursts. Each burst's truth is its
+    /// saturation as the blockers measured it: from the last one's begin to the first one's end.
+    static func injectStarvations(_ count: Int, threshold: Int) -> [Injected] {
+        let workers = ProcessInfo.processInfo.activeProcessorCount
+        var generator = SystemRandomNumberGenerator()
+        var bursts: [Injected] = []
+        for index in 0..<count {
+            let factor = index % 2 == 0 ? Double.random(in: 1.3...4.0, using: &generator)
+                : Double.random(in: 0.6...0.9, using: &generator)
+            let microseconds = UInt32(Double(threshold) * factor * 1000)
+            let spans = Box<[(begin: UInt64, end: UInt64)]>([])
+            let lock = NSLock()
+            let finished = DispatchSemaphore(value: 0)
+            for _ in 0..<workers {
+                Task.detached {
+                    let begin = nowNanoseconds()
+                    // nanosleep resumed after EINTR: the sampling signal interrupts a stalled job's sleep.
+                    var request = timespec(tv_sec: Int(microseconds / 1_000_000),
+                                           tv_nsec: Int(microseconds % 1_000_000) * 1000)
+                    var remaining = timespec()
+                    while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+                    let end = nowNanoseconds()
+                    lock.withLock { spans.value.append((begin, end)) }
+                    finished.signal()
+                }
+            }
+            usleep(5_000)
+            for value in 0..<10 {
+                Task.detached {
+                    _ = value &* 3
+                    finished.signal()
+                }
+            }
+            for _ in 0..<(workers + 10) { finished.wait() }
+            let (begin, end) = lock.withLock { (spans.value.map(\.begin).max() ?? 0, spans.value.map(\.end).min() ?? 0) }
+            bursts.append(Injected(tid: 0, begin: begin, milliseconds: Double(end &- min(end, begin)) / 1e6))
+            usleep(150_000)
+        }
+        return bursts
     }
 
     /// How long each stall's job had run when the watchdog noticed it, by report id (`stall.begin`'s `elapsedMs`).
