@@ -26,6 +26,28 @@ struct AsyncJobs {
         try hummingbird(results)
     }
 
+    /// Nanoseconds `StallLabel.withValue` adds per call, in a task (the table entry set and cleared, the task-local
+    /// bound), beside the same loop calling an empty async function.
+    static func labelCost(calls: Int) -> Double {
+        let result = Box<Double>(0)
+        let done = DispatchSemaphore(value: 0)
+        Task.detached {
+            @inline(never) func body() async -> Int { 1 }
+            var sum = 0
+            let plainStart = nowNanoseconds()
+            for _ in 0..<calls { sum &+= await body() }
+            let plain = nowNanoseconds() - plainStart
+            let labelledStart = nowNanoseconds()
+            for _ in 0..<calls { sum &+= await StallLabel.withValue("GET /users/{id}") { await body() } }
+            let labelled = nowNanoseconds() - labelledStart
+            precondition(sum > 0)
+            result.value = (Double(labelled) - Double(plain)) / Double(calls)
+            done.signal()
+        }
+        done.wait()
+        return result.value
+    }
+
     // MARK: Starvation
 
     /// Bursts that block every worker for 60–400 ms (half under the threshold, half over) with short jobs queued
@@ -148,6 +170,14 @@ struct AsyncJobs {
         results.add(Figure(section: "async", name: "the worker's stamps around one job (clock reads, stores)",
                            value: Stats.median(perStamp), unit: "ns",
                            note: "runs: " + perStamp.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
+
+        // A label set once per request: StallLabel.withValue around an empty body, beside the same loop without it.
+        let calls = quick ? 200_000 : 1_000_000
+        var perLabel: [Double] = []
+        for _ in 0..<(quick ? 3 : 7) { perLabel.append(Self.labelCost(calls: calls)) }
+        results.add(Figure(section: "async", name: "StallLabel.withValue, per call (once per request)",
+                           value: Stats.median(perLabel), unit: "ns",
+                           note: "runs: " + perLabel.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
 
         let rounds = quick ? 2 : 7
         let operations = quick ? 200_000 : 1_000_000

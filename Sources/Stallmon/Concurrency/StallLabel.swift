@@ -39,14 +39,16 @@ public enum StallLabel {
     }
 
     private static func set(_ label: String, task: UInt) -> Int32 {
-        var utf8 = Array(label.utf8.prefix(maxBytes))
-        // Cut at a character boundary: drop a trailing partial UTF-8 sequence.
-        while let last = utf8.last, String(validating: utf8, as: UTF8.self) == nil, last & 0x80 != 0 {
-            utf8.removeLast()
-        }
-        return utf8.withUnsafeBufferPointer { bytes in
-            bytes.withMemoryRebound(to: CChar.self) { text in
-                cstallmon_label_set(task, text.baseAddress, text.count)
+        var label = label
+        // A native string's UTF-8 is contiguous: no copy, no allocation.
+        return label.withUTF8 { bytes in
+            var length = min(bytes.count, maxBytes)
+            // Cut at a character boundary: never inside a multi-byte sequence (continuation bytes are 10xxxxxx).
+            if length < bytes.count {
+                while length > 0 && bytes[length] & 0xC0 == 0x80 { length -= 1 }
+            }
+            return bytes.withMemoryRebound(to: CChar.self) { text in
+                cstallmon_label_set(task, text.baseAddress, length)
             }
         }
     }
