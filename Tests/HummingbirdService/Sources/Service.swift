@@ -143,7 +143,10 @@ struct Service {
         let router = Router()
         router.add(middleware: StallLabelMiddleware())
         router.get("cpu") { _, _ -> String in measured("cpu") { Handlers.renderInvoice(milliseconds: 300) } }
-        router.get("sleep") { _, _ -> String in measured("sleep") { Handlers.readLegacyFile(milliseconds: 250) } }
+        router.get("sleep") { request, _ -> String in
+            let milliseconds = request.uri.queryParameters.get("ms", as: Int.self) ?? 250
+            return measured("sleep") { Handlers.readLegacyFile(milliseconds: milliseconds) }
+        }
         router.get("lock") { _, _ -> String in
             Handlers.ledger.holdOnAnotherThread(milliseconds: 300)
             return measured("lock") { Handlers.updateLedger() }

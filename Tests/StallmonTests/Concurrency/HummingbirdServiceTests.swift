@@ -136,9 +136,10 @@ struct HummingbirdServiceTests {
             try Self.run("monitor", paths: ["/fast"]) { port in
                 let group = DispatchGroup()
                 for index in 0..<(workers + 4) {
-                    // The blocking requests first, the fast ones just behind them.
+                    // The blocking requests first (600 ms: room for a watchdog slowed down by a loaded machine), the
+                    // fast ones just behind them.
                     if index == workers { usleep(30_000) }
-                    let path = index < workers ? "/sleep" : "/fast"
+                    let path = index < workers ? "/sleep?ms=600" : "/fast"
                     DispatchQueue.global().async(group: group) { _ = Self.get(path, port: port) }
                 }
                 group.wait()
