@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -183,8 +184,8 @@ static struct {
     _Atomic uint64_t base_tick;
     _Atomic uint64_t base_ns;
     _Atomic int calibrated;
-    // ns = ticks * mult >> 32, for the workers' histograms (set once; a histogram needs no better than 0.1 %).
-    uint64_t mult;
+    // ns = ticks * mult >> 32, for the workers' histograms; recalibrated with ns_per_tick.
+    _Atomic uint64_t mult;
 } g_clock;
 
 static inline __attribute__((always_inline)) uint64_t job_clock_now(void) {
@@ -195,12 +196,20 @@ static inline __attribute__((always_inline)) uint64_t job_clock_now(void) {
 }
 
 #if defined(__x86_64__)
-// The TSC and CLOCK_MONOTONIC at (almost) one instant: the TSC between two clock reads, against their midpoint.
+// The TSC and CLOCK_MONOTONIC at (almost) one instant: the TSC between two clock reads, against their midpoint; the
+// tightest of three tries, so a thread preempted between the reads does not skew a calibration.
 static void clock_pair(uint64_t *tick, uint64_t *ns) {
-    uint64_t before = monotonic_ns();
-    *tick = __rdtsc();
-    uint64_t after = monotonic_ns();
-    *ns = before + (after - before) / 2;
+    uint64_t best_spread = UINT64_MAX;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        uint64_t before = monotonic_ns();
+        uint64_t read = __rdtsc();
+        uint64_t after = monotonic_ns();
+        if (after - before < best_spread) {
+            best_spread = after - before;
+            *tick = read;
+            *ns = before + (after - before) / 2;
+        }
+    }
 }
 
 static double ns_per_tick(void) {
@@ -214,6 +223,7 @@ static void set_ns_per_tick(double value) {
     uint64_t bits;
     memcpy(&bits, &value, sizeof bits);
     atomic_store_explicit(&g_clock.ns_per_tick_bits, bits, memory_order_relaxed);
+    atomic_store_explicit(&g_clock.mult, (uint64_t)(value * 4294967296.0), memory_order_relaxed);
 }
 
 static bool kernel_keeps_time_with_tsc(void) {
@@ -240,29 +250,41 @@ static void job_clock_set_up(void) {
             set_ns_per_tick((double)(ns1 - ns0) / (double)(tick1 - tick0));
             atomic_store_explicit(&g_clock.base_tick, tick1, memory_order_relaxed);
             atomic_store_explicit(&g_clock.base_ns, ns1, memory_order_relaxed);
-            g_clock.mult = (uint64_t)((double)(ns1 - ns0) / (double)(tick1 - tick0) * 4294967296.0);
             g_clock.tsc = true;
         }
     }
 #endif
-    if (!g_clock.tsc) g_clock.mult = 1ull << 32;
+    if (!g_clock.tsc) atomic_store_explicit(&g_clock.mult, 1ull << 32, memory_order_relaxed);
     atomic_store_explicit(&g_clock.calibrated, 1, memory_order_release);
 }
 
 // A job-clock length in ns, on a worker: one multiplication (async-signal-safe).
 static inline __attribute__((always_inline)) uint64_t ticks_length_ns(uint64_t ticks) {
-    return (uint64_t)(((unsigned __int128)ticks * g_clock.mult) >> 32);
+    return (uint64_t)(((unsigned __int128)ticks * atomic_load_explicit(&g_clock.mult, memory_order_relaxed)) >> 32);
 }
 
+// The longest delay the job clock scales (about 11.6 days): anything longer is "never" for a queue delay, and keeps
+// the conversion and the due time far from overflow.
+#define MAX_SCALED_NS 1000000000000000ull
+
 static uint64_t ns_to_ticks(uint64_t ns) {
+    if (ns > MAX_SCALED_NS) ns = MAX_SCALED_NS;
 #if defined(__x86_64__)
     if (g_clock.tsc) return (uint64_t)((double)ns / ns_per_tick());
 #endif
     return ns;
 }
 
-// A job-clock reading as CLOCK_MONOTONIC ns (the watchdog thread; async-signal-safe). The tick length is
-// recalibrated against the pair of at least a second ago, which also follows NTP's slewing of CLOCK_MONOTONIC.
+// The long-job threshold as set, in ns: kept so a recalibration can restate it in ticks.
+static _Atomic uint64_t g_threshold_ns;
+
+// A job-clock reading as CLOCK_MONOTONIC ns. For the watchdog thread only, one caller at a time (it may recalibrate
+// the tick length, three values that are not updated together); no lock, allocation or system call beyond vDSO
+// clock reads. The tick length is recalibrated against the pair of at least a second ago, which also follows NTP's
+// slewing of CLOCK_MONOTONIC, and the workers' multiplier and threshold follow it.
+static uint64_t ticks_to_ns(uint64_t ticks);
+static void set_threshold_ticks(void);
+
 static uint64_t ticks_to_ns(uint64_t ticks) {
 #if defined(__x86_64__)
     if (g_clock.tsc) {
@@ -274,6 +296,7 @@ static uint64_t ticks_to_ns(uint64_t ticks) {
             set_ns_per_tick((double)(now_ns - base_ns) / (double)(now_tick - base_tick));
             atomic_store_explicit(&g_clock.base_tick, now_tick, memory_order_relaxed);
             atomic_store_explicit(&g_clock.base_ns, now_ns, memory_order_relaxed);
+            set_threshold_ticks();
         }
         // A job begun on a CPU whose TSC reads a hair ahead of this one's: it began now.
         if (ticks >= now_tick) return now_ns;
@@ -374,13 +397,14 @@ static inline __attribute__((always_inline)) void run_job(swift_job *job, uint32
 // A job begins on the worker of `probe`: its attributes and start in the probe, then the odd sequence. Returns the
 // sequence before the job, for `stamp_end`.
 static inline __attribute__((always_inline)) uint64_t stamp_begin(worker_probe *probe, uint32_t attributes,
-                                                                 uint64_t task_id, uint64_t *begin) {
+                                                                 uint64_t task_id, uintptr_t job, uint64_t *begin) {
     uint64_t sequence = atomic_load_explicit(&probe->sequence, memory_order_relaxed);
     *begin = job_clock_now();
     // The previous job's even sequence must be visible before this job's fields (a seqlock writer; on x86 only a
     // compiler barrier).
     atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&probe->job_attributes, attributes, memory_order_relaxed);
+    atomic_store_explicit(&probe->job, job, memory_order_relaxed);
     atomic_store_explicit(&probe->task_id, task_id, memory_order_relaxed);
     atomic_store_explicit(&probe->job_since, *begin, memory_order_relaxed);
     atomic_store_explicit(&probe->sequence, sequence + 1, memory_order_release);
@@ -421,7 +445,8 @@ static inline __attribute__((always_inline)) void record_job(struct worker_stats
                                                             uint64_t threshold) {
     if (__builtin_expect(stats == NULL, 0)) return;
     class_stats *counts = &stats->classes[pool];
-    uint64_t run = ticks_length_ns(end - begin);
+    // An end a hair before the begin (TSCs of two CPUs read a hair apart, were the worker moved) ran for nothing.
+    uint64_t run = end > begin ? ticks_length_ns(end - begin) : 0;
     // A job due later than it began (a clock read a hair apart on another CPU) waited for nothing.
     uint64_t waited = begin > enqueued ? begin - enqueued : 0;
     uint64_t delay = ticks_length_ns(waited);
@@ -449,12 +474,10 @@ static inline __attribute__((always_inline)) job_timing job_begins(worker_probe 
     uint32_t attributes = (uint32_t)header[JOB_KIND] | (uint32_t)header[JOB_PRIORITY] << 8 | where;
     timing.pool = pool_class(header[JOB_PRIORITY], where);
     timing.enqueued = *(const uint64_t *)(header + JOB_SCHEDULER_PRIVATE_0);
-    // Before the odd sequence, so a reader that sees the job running sees this job.
-    atomic_store_explicit(&probe->job, (uintptr_t)header, memory_order_relaxed);
     if (__builtin_expect(header[JOB_KIND] == 0 && (header[JOB_FLAGS_TOP] & JOB_TOP_HAS_TASK_NAME), 0)) {
         attributes |= JOB_NAMED_TASK;  // a named task (rare): the watchdog reads its name only if this job stalls
     }
-    timing.sequence = stamp_begin(probe, attributes, task_id, &timing.begin);
+    timing.sequence = stamp_begin(probe, attributes, task_id, (uintptr_t)header, &timing.begin);
     return timing;
 }
 
@@ -530,7 +553,8 @@ static uint8_t job_priority(swift_job *job) {
 static void prepare(swift_job *job, uint64_t delay_ns) {
     *(void **)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_1) = (void *)1;
     uint64_t due = job_clock_now();
-    if (delay_ns > 0) due = delay_ns == UINT64_MAX ? UINT64_MAX : due + ns_to_ticks(delay_ns);
+    // A delay past what the clock scales (a "sleep forever") is due never: no queue delay is counted for it.
+    if (delay_ns > 0) due = delay_ns > MAX_SCALED_NS ? UINT64_MAX : due + ns_to_ticks(delay_ns);
     *(uint64_t *)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_0) = due;
 }
 
@@ -606,7 +630,8 @@ cstallmon_concurrency_install_result cstallmon_concurrency_install(int sampling_
     if (pthread_key_create(&g_state.exit_key, worker_exited) != 0) return CSTALLMON_CONCURRENCY_NO_HOOKS;
     atomic_store_explicit(&g_state.sampling_signal, sampling_signal, memory_order_relaxed);
     job_clock_set_up();
-    atomic_store_explicit(&g_state.threshold_ticks, ns_to_ticks(threshold_ns), memory_order_relaxed);
+    atomic_store_explicit(&g_threshold_ns, threshold_ns, memory_order_relaxed);
+    set_threshold_ticks();
     enqueue_global_hook global_hook = enqueue_global;
     enqueue_delay_hook delay_hook = enqueue_with_delay;
     enqueue_deadline_hook deadline_hook = enqueue_with_deadline;
@@ -630,13 +655,20 @@ cstallmon_concurrency_install_result cstallmon_concurrency_install(int sampling_
     return CSTALLMON_CONCURRENCY_INSTALLED;
 }
 
+static void set_threshold_ticks(void) {
+    atomic_store_explicit(&g_state.threshold_ticks,
+                          ns_to_ticks(atomic_load_explicit(&g_threshold_ns, memory_order_relaxed)),
+                          memory_order_relaxed);
+}
+
 int cstallmon_concurrency_installed(void) {
     return atomic_load_explicit(&g_state.installed, memory_order_acquire);
 }
 
 void cstallmon_concurrency_configure(int sampling_signal, uint64_t threshold_ns) {
     atomic_store_explicit(&g_state.sampling_signal, sampling_signal, memory_order_relaxed);
-    atomic_store_explicit(&g_state.threshold_ticks, ns_to_ticks(threshold_ns), memory_order_relaxed);
+    atomic_store_explicit(&g_threshold_ns, threshold_ns, memory_order_relaxed);
+    set_threshold_ticks();
 }
 
 // MARK: - Reading (the watchdog thread; async-signal-safe)
@@ -726,7 +758,8 @@ uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations) {
     static struct worker_stats scratch_stats;
     job_clock_set_up();
     if (!cstallmon_concurrency_installed()) {  // as an installed monitor would have it: 100 ms
-        atomic_store_explicit(&g_state.threshold_ticks, ns_to_ticks(100000000), memory_order_relaxed);
+        atomic_store_explicit(&g_threshold_ns, 100000000, memory_order_relaxed);
+        set_threshold_ticks();
     }
     // A job header as the runtime lays it out: a medium-priority task without a name.
     _Alignas(16) uint8_t job[0x30] = {0};
@@ -794,6 +827,9 @@ static ssize_t read_task_name(uintptr_t task, char *out, size_t capacity) {
         uintptr_t fields[3];
         if (!read_own(record, fields, sizeof fields)) return -1;
         if ((fields[0] & 0xFF) == STATUS_RECORD_KIND_TASK_NAME) {
+            // The name's record is the task's first, so the outermost: anything else is not a name record (a record
+            // popped and reused while this walked).
+            if (fields[STATUS_RECORD_PARENT / sizeof(uintptr_t)] != 0) return -1;
             return read_own_string(fields[TASK_NAME_RECORD_NAME / sizeof(uintptr_t)], out, capacity);
         }
         record = fields[STATUS_RECORD_PARENT / sizeof(uintptr_t)];

@@ -68,6 +68,9 @@ int cstallmon_label_set(uintptr_t task, const char *text, size_t length) {
 
 void cstallmon_label_clear(int slot, uintptr_t task) {
     if (slot < 0 || slot >= LABEL_SLOTS) return;
+    if (atomic_load_explicit(&g_labels[slot].task, memory_order_acquire) != task) return;
+    // Emptied before it is given up: the next owner's task is never shown with this task's text.
+    write_text(&g_labels[slot], "", 0);
     uintptr_t expected = task;
     atomic_compare_exchange_strong_explicit(&g_labels[slot].task, &expected, 0, memory_order_acq_rel,
                                             memory_order_relaxed);
@@ -90,6 +93,7 @@ ssize_t cstallmon_label_read(uintptr_t task, char *out, size_t capacity) {
             atomic_thread_fence(memory_order_acquire);
             if (atomic_load_explicit(&slot->sequence, memory_order_relaxed) != before) continue;
             if (atomic_load_explicit(&slot->task, memory_order_relaxed) != task) return -1;
+            if (length == 0) return -1;  // being set or cleared: no label
             if (length >= capacity) length = (uint32_t)capacity - 1;
             memcpy(out, words, length);
             out[length] = 0;

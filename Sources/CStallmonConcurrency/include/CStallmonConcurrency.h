@@ -7,14 +7,16 @@
 // `DispatchGlobalExecutor.cpp` does (the same queues: one per priority, created with the job's priority as QoS and
 // `dispatch_queue_set_width(q, -3)`, the runtime's "as many as logical CPUs"; `dispatch_async_f`; the job run with
 // `swift_job_run` on the generic executor), with one difference: the function dispatch calls stamps the worker's
-// probe before and after the job. Per job that is two reads of the TSC (rdtsc) where the kernel keeps time with it,
-// elsewhere a CLOCK_MONOTONIC read before and a CLOCK_MONOTONIC_COARSE read after (a precise one too only for a job
-// near the threshold), and a few relaxed or release stores; no lock, allocation or system call (the clocks are vDSO
-// reads). The watchdog converts ticks to CLOCK_MONOTONIC ns when it reads them.
+// probe before and after the job, and counts its run time and queue delay. Per job that is three reads of the TSC
+// (rdtsc: when the job is enqueued, when it begins, when it ends) where the kernel keeps time with it, elsewhere three
+// CLOCK_MONOTONIC reads; the probe's relaxed or release stores; and two histogram buckets and five totals counted
+// (a relaxed load and store each, one writer). No lock, allocation or system call (the clocks are vDSO reads). The
+// watchdog converts ticks to CLOCK_MONOTONIC ns when it reads them.
 //
 // Worker threads come and go (libdispatch retires a worker idle for 5 s): a worker claims a probe on its first job
-// (one gettid, one pthread_sigmask to unblock the sampling signal, which libdispatch blocks on its workers, and one
-// pthread_setspecific), and gives it back when it exits. A probe the monitor is signalling is pinned: the exiting
+// (one gettid, one pthread_sigmask to unblock the sampling signal, which libdispatch blocks on its workers, one
+// pthread_setspecific, and, the first time a probe is ever claimed, one calloc of its statistics, kept for the
+// probe's later threads), and gives it back when it exits. A probe the monitor is signalling is pinned: the exiting
 // thread waits (bounded) until the pin is gone, so a thread id is never signalled after its thread exited and the
 // number may have been reused.
 #ifndef CSTALLMON_CONCURRENCY_H
@@ -81,12 +83,14 @@ typedef struct {
 /// Linux, after `dispatch_main()`, a libdispatch worker). For stallmon's own `MainExecutor`. NOT async-signal-safe.
 void cstallmon_concurrency_enqueue_main(void *job);
 
-/// Reads probe `index` (0 ..< CSTALLMON_MAX_WORKERS). Returns 0 when the probe is free, 1 otherwise. Async-signal-safe.
+/// Reads probe `index` (0 ..< CSTALLMON_MAX_WORKERS). Returns 0 when the probe is free, 1 otherwise. For the
+/// watchdog thread, one caller at a time (converting the job clock may recalibrate it); no lock, allocation or system
+/// call (vDSO clock reads).
 int cstallmon_worker_read(int index, cstallmon_worker_reading *out);
 
 /// The exact begin and end of job number `job` (1-based, = (sequence + 1) / 2 while it ran) of probe `index`, if it
 /// was the probe's most recent job to run for at least the threshold and the record still holds it. Returns 1 and
-/// fills both, or 0. Async-signal-safe.
+/// fills both, or 0. For the watchdog thread, as `cstallmon_worker_read`.
 int cstallmon_worker_long_job(int index, uint64_t job, uint64_t *begin, uint64_t *end);
 
 /// Pins probe `index` while its worker is signalled: succeeds (1) only while that worker of `generation` is alive;
@@ -125,7 +129,8 @@ typedef enum {
 int cstallmon_concurrency_send_canary(void);
 
 /// The latest canary: when it was sent and, once a worker ran it, when it began (CLOCK_MONOTONIC ns; 0 while it
-/// waits). Returns 1 while it waits, 0 once it ran, -1 if none was ever sent. Async-signal-safe.
+/// waits). Returns 1 while it waits, 0 once it ran, -1 if none was ever sent. For the watchdog thread, as
+/// `cstallmon_worker_read`.
 int cstallmon_concurrency_canary(uint64_t *sent_ns, uint64_t *started_ns);
 
 /// The pool class of a job with this priority (`cstallmon_worker_reading.priority`), on the main actor or not.

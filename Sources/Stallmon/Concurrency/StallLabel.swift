@@ -27,15 +27,25 @@ public enum StallLabel {
         _ label: String, isolation: isolated (any Actor)? = #isolation,
         operation: () async throws -> Result
     ) async rethrows -> Result {
-        let previous = current
         let task = withUnsafeCurrentTask { task in task.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
+        // This task's own entry, if an outer scope of the same task set one (not `current`, which a child task
+        // inherits from its parent: restoring that would leave the child an entry nobody clears).
+        let outer = task == 0 ? nil : tableLabel(of: task)
         let slot = task == 0 ? -1 : set(label, task: task)
         defer {
             if task != 0 {
-                if let previous { _ = set(previous, task: task) } else { cstallmon_label_clear(slot, task) }
+                if let outer { _ = set(outer, task: task) } else { cstallmon_label_clear(slot, task) }
             }
         }
         return try await $current.withValue(label, operation: operation, isolation: isolation)
+    }
+
+    /// The label `task` has in the table, as the watchdog would read it.
+    static func tableLabel(of task: UInt) -> String? {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: maxBytes + 1) { buffer in
+            guard let base = buffer.baseAddress, cstallmon_label_read(task, base, buffer.count) > 0 else { return nil }
+            return String(validatingCString: base)
+        }
     }
 
     private static func set(_ label: String, task: UInt) -> Int32 {

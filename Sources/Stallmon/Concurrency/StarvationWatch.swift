@@ -81,11 +81,12 @@ final class StarvationWatch {
     /// One pass over the pool's workers (`describe` gives a worker's job as the report names it). Returns when the
     /// watch wants the next pass.
     func pass(now: UInt64, workers: [WorkerView], describe: (WorkerView) -> (StallReport.Job?, String?)) -> UInt64 {
-        let busy = workers.filter { $0.probe.state == 1 && $0.probe.sequence & 1 == 1 }
         // The canary's queue is full when as many of its jobs run as it has room for (libdispatch gives each
-        // priority's queue as many threads as CPUs; a worker of another priority, idle or not, is no room for it).
-        let saturated = busy.filter { cstallmon_pool_class_of($0.probe.priority, $0.probe.main_actor)
-            == Int32(CSTALLMON_POOL_MEDIUM.rawValue) }.count >= capacity
+        // priority's queue as many threads as CPUs; a worker of another priority, idle or busy, is no room for it and
+        // no culprit of its starvation).
+        let busy = workers.filter { $0.probe.state == 1 && $0.probe.sequence & 1 == 1
+            && cstallmon_pool_class_of($0.probe.priority, $0.probe.main_actor) == Int32(CSTALLMON_POOL_MEDIUM.rawValue) }
+        let saturated = busy.count >= capacity
         var sent: UInt64 = 0
         var started: UInt64 = 0
         let canary = cstallmon_concurrency_canary(&sent, &started)

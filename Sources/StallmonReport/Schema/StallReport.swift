@@ -95,9 +95,10 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var saturatedMs: Double
         /// The longest a job waited for a worker (the probe job stallmon sends, or a job's own queue delay).
         public var oldestWaitMs: Double
-        /// Jobs that waited at least the threshold before they began.
+        /// Jobs that waited at least the threshold before they began, counted from the detection to the canary's begin
+        /// (and the moment after it in which the jobs queued behind it begin).
         public var waitedJobs: Int
-        /// Jobs that finished on the pool while it was saturated.
+        /// Jobs that finished on the pool over the same span.
         public var jobsRun: Int
         /// Worker threads of the pool (all busy).
         public var workers: Int

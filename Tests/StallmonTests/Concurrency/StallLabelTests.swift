@@ -30,12 +30,23 @@ struct StallLabelTests {
         #expect(StallLabel.current == nil)
     }
 
-    @Test("a child task inherits the task-local, not the table entry")
+    @Test("a child task inherits the task-local, not the table entry; its own scope leaves no entry behind")
     func childTasks() async {
         await StallLabel.withValue("POST /orders") {
             let seen = await Task { (Self.tableLabel(), StallLabel.current) }.value
             #expect(seen.0 == nil)
             #expect(seen.1 == "POST /orders")
+            // The README's pattern for a child: its own scope, from the inherited label; gone when it ends (not
+            // restored to the parent's, which the child never had in the table).
+            let after = await withTaskGroup(of: (String?, String?).self) { group in
+                group.addTask {
+                    let inside = await StallLabel.withValue(StallLabel.current ?? "batch") { Self.tableLabel() }
+                    return (inside, Self.tableLabel())
+                }
+                return await group.next()!
+            }
+            #expect(after.0 == "POST /orders")
+            #expect(after.1 == nil, "the child's entry is cleared, not left with the parent's label")
         }
     }
 
