@@ -162,4 +162,30 @@ struct StallAnalysisTests {
         #expect(ends.filter { $0.suppressed == true }.count == 3)
         #expect(Set(ends.compactMap(\.signature)).count == 1)
     }
+
+    /// Issue 26 (4): an interim report was written without asking the rate limit, and its final then skipped it, so
+    /// every long stall got a report (and an upload) and none was ever counted.
+    @Test func longStallsWithInterimReportsAreRateLimitedToo() throws {
+        let directory = makeTemporaryDirectory()
+        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        configuration.maxReportsPerSignaturePerHour = 1
+        configuration.interimAfter = .milliseconds(100)
+        let loop = try Looper(name: "limited-long")
+        let monitor = try StallMonitor(loop: loop, configuration: configuration)
+        monitor.start()
+        postChainedSpins(loop, count: 5, milliseconds: 220)
+        loop.run(for: .milliseconds(1800))
+        monitor.stop()
+        #expect(monitor.statistics.stallsDetected == 5)
+        let reports = readReports(directory)
+        #expect(reports.count == 1, "one report for the signature: \(reports.map(\.durationMs))")
+        #expect(reports.first?.ongoing == false, "the first stall's final report replaced its interim")
+        #expect(monitor.statistics.reportsSuppressed == 4)
+        let log = try String(contentsOfFile: directory + "/events.jsonl", encoding: .utf8)
+        let events = log.split(separator: "\n").compactMap { try? JSONDecoder().decode(StallEvent.self, from: Data($0.utf8)) }
+        #expect(events.filter { $0.event == "stall.interim" }.count == 1, "only the admitted stall's interim is written")
+        let ends = events.filter { $0.event == "stall.end" }
+        #expect(ends.count == 5)
+        #expect(ends.filter { $0.suppressed == true }.count == 4)
+    }
 }

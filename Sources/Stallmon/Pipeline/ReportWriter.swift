@@ -135,6 +135,9 @@ final class ReportWriter: Sendable {
         var sinkFailing: [String: String] = [:]
         var droppedSinceFailure = 0
         var reportPaths: [String: String] = [:]
+        /// The rate limit's decision for a stall whose interim report came first: asked once per stall, at its first
+        /// report, so a long stall counts once and its final follows its interim (written, or suppressed).
+        var decided: [String: (write: Bool, suppressedBefore: Int)] = [:]
         /// One limiter per configured limit: a signature counts across every loop of the pipeline.
         var limiters: [Int: SignatureRateLimiter] = [:]
 
@@ -171,7 +174,16 @@ final class ReportWriter: Sendable {
             event.topFrame = report.topFrame?.displayName
             log(event, client: client, state: &state)
         case .interim(let snapshot):
-            let report = build(snapshot, client: client, state: &state)
+            var report = build(snapshot, client: client, state: &state)
+            if state.reportPaths[snapshot.id] == nil, state.decided[snapshot.id] == nil, let signature = report.signature {
+                state.decided[snapshot.id] = state.admit(signature,
+                                                         limit: client.configuration.maxReportsPerSignaturePerHour,
+                                                         now: cstallmon_loop_monotonic_ns())
+            }
+            if let decision = state.decided[snapshot.id] {
+                guard decision.write else { return }  // its final is counted as suppressed
+                if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
+            }
             if let path = persist(report, client: client, state: &state) {
                 counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed)
                 var event = baseEvent("stall.interim", snapshot)
@@ -231,17 +243,21 @@ final class ReportWriter: Sendable {
             log(event, client: client, state: &state)
         case .finish(let snapshot):
             var report = build(snapshot, client: client, state: &state)
-            // An interim report already on disk is always replaced by its final one.
-            if state.reportPaths[snapshot.id] == nil, let signature = report.signature {
-                let decision = state.admit(signature, limit: client.configuration.maxReportsPerSignaturePerHour,
-                                           now: cstallmon_loop_monotonic_ns())
+            // The rate limit is asked once per stall: at its first report (its interim, if it had one: the final
+            // then replaces the interim, or is suppressed as the interim was), else now.
+            var decision = state.decided.removeValue(forKey: snapshot.id)
+            if decision == nil, state.reportPaths[snapshot.id] == nil, let signature = report.signature {
+                decision = state.admit(signature, limit: client.configuration.maxReportsPerSignaturePerHour,
+                                       now: cstallmon_loop_monotonic_ns())
+            }
+            if let decision {
                 guard decision.write else {
                     counters.reportsSuppressed.wrappingAdd(1, ordering: .relaxed)
                     var event = baseEvent("stall.end", snapshot)
                     event.durationMs = report.durationMs
                     event.topFrame = report.topFrame?.displayName
                     event.stallClass = report.stallClass
-                    event.signature = signature
+                    event.signature = report.signature
                     event.phase = report.phase
                     event.suppressed = true
                     log(event, client: client, state: &state)
