@@ -186,6 +186,35 @@ struct UploaderTests {
         #expect(reason.contains("HTTP \(status)") && reason.contains("nope \(status)"), "\(reason)")
     }
 
+    /// Issue 26 (2): a refused batch whose move to rejected/ failed was sent again at once, forever: 100 % CPU, the
+    /// same batch re-POSTed back to back and an error line per spin.
+    @Test func aRefusedBatchThatCannotBeMovedIsNotResentAndItsMoveIsRetried() throws {
+        // Refuses every request (as a receiver does that rejects this payload for good).
+        let refusals = [String](repeating: #"{"status":400,"body":"nope"}"#, count: 500).joined(separator: ",")
+        let receiver = try Receiver(plan: "[\(refusals)]")
+        let directory = makeTemporaryDirectory()
+        try spoolSampleReports(3, into: directory)
+        let spool = Spool(reportDirectory: directory)
+        // rejected/ replaced by a file: every move there fails.
+        #expect(rmdir(spool.rejectedDirectory) == 0)
+        #expect(FileManager.default.createFile(atPath: spool.rejectedDirectory, contents: Data("blocked".utf8)))
+        let logs = InMemoryLogHandler()
+        let uploader = try Uploader(spool: spool, configuration: testUploadConfiguration(receiver.baseURL),
+                                    logger: Logger(label: "test") { _ in logs })
+        let first = uploader.flush(deadline: .milliseconds(1500))
+        #expect(receiver.requests.count == 1, "sent once, not again while it cannot be moved: \(receiver.requests.count)")
+        #expect(first.pending == 0, "not pending any more: refused")
+        let errors = logs.entries.filter { $0.level == .error }
+        #expect(errors.count == 1, "one line when it starts: \(errors.map(\.message))")
+        // The spool is repaired: the next try moves them, without sending them again.
+        #expect(unlink(spool.rejectedDirectory) == 0)
+        let second = uploader.flush(deadline: .seconds(5))
+        #expect(spool.rejected().count == 3)
+        #expect(second.rejected == 3)
+        #expect(receiver.requests.count == 1)
+        #expect(logs.entries.contains { $0.level == .notice && "\($0.message)".contains("moved to rejected/ again") })
+    }
+
     @Test func retryAfterIsRespected() throws {
         let receiver = try Receiver(plan: #"[{"status":429,"retry_after":"1"}]"#)
         let directory = makeTemporaryDirectory()

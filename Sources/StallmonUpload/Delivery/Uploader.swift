@@ -66,6 +66,10 @@ public final class Uploader: Sendable {
     /// Entries acknowledged by the receiver whose removal failed, by name and file: filtered out of every batch so
     /// a spool that cannot be written is not resent at full speed. Uploader-thread only (or `flush`'s caller).
     private let acknowledged = Mutex<[String: FileIdentity?]>([:])
+    /// Entries refused for good (by the receiver, or unreadable, or too large) that could not be moved to
+    /// `rejected/` (a full, read-only or broken spool): by name, file and reason. Filtered out of every batch, so a
+    /// refused batch is never re-sent back to back; the move is retried with backoff.
+    private let refused = Mutex<[String: (identity: FileIdentity?, reason: String)]>([:])
 
     /// Validates `configuration` (an endpoint is required here) and resolves the token. Throws before any work.
     public init(spool: Spool, configuration: UploadConfiguration, logger: Logger) throws(ConfigurationError) {
@@ -103,10 +107,16 @@ public final class Uploader: Sendable {
 
     /// `entries` less those already acknowledged (same name, same file).
     private func notYetDelivered(_ entries: [SpoolEntry]) -> [SpoolEntry] {
-        acknowledged.withLock { acknowledged in
+        let sendable = acknowledged.withLock { acknowledged in
             acknowledged.isEmpty ? entries : entries.filter { entry in
                 guard let identity = acknowledged[entry.name] else { return true }
                 return identity != entry.identity
+            }
+        }
+        return refused.withLock { refused in
+            refused.isEmpty ? sendable : sendable.filter { entry in
+                guard let known = refused[entry.name] else { return true }
+                return known.identity != entry.identity
             }
         }
     }
@@ -167,6 +177,10 @@ public final class Uploader: Sendable {
         var removalRetryAt: UInt64 = 0
         var removalAttempt = 0
         var removalFailing: String?
+        /// Moving refused entries to `rejected/`: next try (monotonic), tries so far, and the error being reported.
+        var rejectRetryAt: UInt64 = 0
+        var rejectAttempt = 0
+        var rejectFailing: String?
     }
 
     /// Works until stopped (background), or until the spool is empty or `until` passes (once mode).
@@ -189,6 +203,7 @@ public final class Uploader: Sendable {
                 continue
             }
             if state.removalFailing != nil && state.removalRetryAt <= monotonicNow { retryRemovals(&state) }
+            if state.rejectRetryAt <= monotonicNow && !refused.withLock({ $0.isEmpty }) { retryRejects(&state) }
             let pending: [SpoolEntry]
             do {
                 pending = notYetDelivered(try enforceQuotas(try spool.pending()))
@@ -205,8 +220,9 @@ public final class Uploader: Sendable {
                 let wallNow = WallClock.nowNanoseconds()
                 wait(until: monotonicNow + min(idlePoll, dueAt > wallNow ? dueAt - wallNow : 0))
             case .tooLarge(let entry):
-                rejectEntries([entry], reason: "report of \(entry.bytes) bytes exceeds upload_max_body_bytes "
-                    + "(\(configuration.maxBodyBytes))")
+                rejectEntries([entry], state: &state,
+                              reason: "report of \(entry.bytes) bytes exceeds upload_max_body_bytes "
+                                  + "(\(configuration.maxBodyBytes))")
             case .send(let batch):
                 // One sender per spool, across processes: wait for another uploader's batch rather than send the
                 // same entries beside it, then send only what it left.
@@ -231,7 +247,7 @@ public final class Uploader: Sendable {
                 reports.append(report)
                 sendable.append(entry)
             case .failure(let error):
-                rejectEntries([entry], reason: "unreadable: \(error.reason)")
+                rejectEntries([entry], state: &state, reason: "unreadable: \(error.reason)")
             }
         }
         guard !reports.isEmpty else { return }
@@ -241,7 +257,7 @@ public final class Uploader: Sendable {
                                             serviceName: configuration.serviceName,
                                             observedAt: WallClock.nowNanoseconds())
         } catch {
-            rejectEntries(sendable, reason: "cannot encode: \(error)")
+            rejectEntries(sendable, state: &state, reason: "cannot encode: \(error)")
             return
         }
         var timeout = configuration.requestTimeout
@@ -286,7 +302,7 @@ public final class Uploader: Sendable {
             state.retryAt = cstallmon_monotonic_ns() + after
             logFailure(&state, reason)
         case .reject(let reason):
-            rejectEntries(sendable, reason: reason)
+            rejectEntries(sendable, state: &state, reason: reason)
             state.attempt = 0
         }
     }
@@ -349,7 +365,7 @@ public final class Uploader: Sendable {
         ])
     }
 
-    private func rejectEntries(_ entries: [SpoolEntry], reason: String) {
+    private func rejectEntries(_ entries: [SpoolEntry], state: inout LoopState, reason: String) {
         do {
             try spool.reject(entries, reason: reason)
             counters.rejected.wrappingAdd(entries.count, ordering: .relaxed)
@@ -357,8 +373,50 @@ public final class Uploader: Sendable {
                          metadata: ["count": "\(entries.count)", "reason": "\(reason)",
                                     "directory": "\(spool.rejectedDirectory)"])
         } catch {
-            logger.error("stallmon: cannot move refused reports to rejected/", metadata: ["error": "\(error)"])
+            // Not sent again, never spun on: remembered, and the move retried with backoff. Logged when this starts.
+            refused.withLock { refused in
+                for entry in entries { refused[entry.name] = (entry.identity, reason) }
+            }
+            if state.rejectFailing == nil {
+                logger.error("""
+                    stallmon: refused reports cannot be moved to rejected/; they are not sent again, and the move \
+                    is retried
+                    """, metadata: ["count": "\(entries.count)", "reason": "\(reason)", "error": "\(error)",
+                                    "directory": "\(spool.rejectedDirectory)"])
+            }
+            scheduleRejectRetry(&state, error: "\(error)")
         }
+    }
+
+    private func scheduleRejectRetry(_ state: inout LoopState, error: String) {
+        state.rejectFailing = error
+        state.rejectAttempt += 1
+        state.rejectRetryAt = cstallmon_monotonic_ns() + RetryPolicy.backoff(
+            attempt: state.rejectAttempt, base: UInt64(configuration.backoffBase.nanosecondsClamped),
+            max: UInt64(configuration.backoffMax.nanosecondsClamped), jitter: 1)
+    }
+
+    /// Retries moving refused entries to `rejected/`; forgets entries that are gone.
+    private func retryRejects(_ state: inout LoopState) {
+        let remembered = refused.withLock { $0 }
+        let listed = (try? spool.pending()) ?? []
+        let stillThere = listed.filter { entry in remembered[entry.name].map { $0.identity == entry.identity } ?? false }
+        do {
+            for entry in stillThere {
+                try spool.reject([entry], reason: remembered[entry.name]?.reason ?? "refused")
+            }
+        } catch {
+            scheduleRejectRetry(&state, error: "\(error)")
+            return
+        }
+        refused.withLock { $0.removeAll() }
+        counters.rejected.wrappingAdd(stillThere.count, ordering: .relaxed)
+        logger.notice("stallmon: refused reports are moved to rejected/ again", metadata: [
+            "directory": "\(spool.rejectedDirectory)", "moved": "\(stillThere.count)",
+            "previousError": "\(state.rejectFailing ?? "")",
+        ])
+        state.rejectFailing = nil
+        state.rejectAttempt = 0
     }
 
     /// Drops the oldest entries beyond the quotas; logs once per batch of drops.
