@@ -254,6 +254,7 @@ case "busy-pool":
     }
     say("closed loop done")
     try? await Task.sleep(for: .milliseconds(200))
+    say("flood \(now())")
     let flood = (0..<(4 * thresholdMs * workers)).map { _ in
         Task.detached { Starvation.shortWork(microseconds: 1000) }
     }

@@ -155,7 +155,7 @@ public final class ConcurrencyStallMonitor: Sendable {
     }
 
     /// Stops watching: joins the watchdog (a stall in progress is written as ongoing), waits until the pool's
-    /// reports are written, stops the sinks no other monitor still uses (up to 2 s each). Jobs keep running on the
+    /// reports are written, stops the sinks no other monitor still uses (up to 2 s each; the writer is waited for at most 5 s). Jobs keep running on the
     /// same queues. Idempotent. Blocks: from async code, call it off the cooperative pool (`StallMonitorService`
     /// does).
     public func stop() {

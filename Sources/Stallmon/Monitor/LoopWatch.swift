@@ -132,7 +132,7 @@ package final class LoopWatch: Sendable {
     }
 
     /// Joins the watchdog (a stall in progress is written as ongoing), waits until the pipeline wrote this loop's
-    /// reports, stops the sinks no other monitor uses (up to 2 s each) and returns the capture slot. Idempotent.
+    /// reports, stops the sinks no other monitor uses (up to 2 s each; the writer is waited for at most 5 s) and returns the capture slot. Idempotent.
     package func stop() {
         let started: Bool? = state.withLock { state in
             guard !state.stopped else { return nil }

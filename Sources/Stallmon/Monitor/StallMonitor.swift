@@ -75,7 +75,7 @@ public final class StallMonitor: Sendable {
     }
 
     /// Stops watching: detaches the probe, joins the watchdog (a stall in progress is written as ongoing), waits
-    /// until this loop's reports are written, stops the sinks no other monitor still uses with up to 2 s each
+    /// until this loop's reports are written, stops the sinks no other monitor still uses with up to 2 s each (the writer is waited for at most 5 s)
     /// (StallmonUpload's `UploadSink` sends what is pending meanwhile; the rest stays in the spool), and returns the
     /// capture slot. Idempotent.
     public func stop() {

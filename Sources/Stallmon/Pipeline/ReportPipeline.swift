@@ -51,6 +51,9 @@ final class ReportPipeline: Sendable {
         registry.withLock { $0[normalized(directory)] }
     }
 
+    /// How long leaving waits for the writer, at most: `stop()` never hangs on a blocked writer.
+    static let writerTimeout: Duration = .seconds(5)
+
     /// Starts those of `client`'s sinks that no other member started yet.
     func startSinks(of client: ReportClient) {
         let toStart = members.withLock { members in
@@ -66,7 +69,16 @@ final class ReportPipeline: Sendable {
     /// Leaves the pipeline: waits until everything `client` submitted is written, stops the sinks only it still
     /// used (each within `sinkDeadline`), and stops the writer if it was the last member.
     func leave(_ client: ReportClient, sinksStarted: Bool, sinkDeadline: Duration) {
-        writer.flush()
+        let started = ContinuousClock.now
+        let unwritten = writer.flush(timeout: Self.writerTimeout)
+        if unwritten > 0 {
+            client.logger.error("""
+                stallmon: stopping without waiting any longer for the report writer, which is blocked (an event log \
+                locked by another process, a hung fsync, or a sink): some reports and event lines are not written \
+                yet; they are if it gets unblocked before the process exits
+                """, metadata: ["directory": "\(directory)", "unwritten": "\(unwritten)",
+                                "waited": "\(Self.writerTimeout)"])
+        }
         let toStop: [any StallReportSink] = sinksStarted ? members.withLock { members in
             client.sinks.filter { sink in
                 guard let key = Self.identity(of: sink) else { return true }
@@ -83,7 +95,13 @@ final class ReportPipeline: Sendable {
             if remaining == 0, registry[directory] === self { registry[directory] = nil }
             return remaining == 0
         }
-        if last { writer.stop() }
+        if last {
+            let left = Self.writerTimeout - (ContinuousClock.now - started)
+            if !writer.stop(timeout: unwritten > 0 ? .zero : max(left, .milliseconds(100))) && unwritten == 0 {
+                client.logger.error("stallmon: the report writer did not finish in time and was left running",
+                                    metadata: ["directory": "\(directory)"])
+            }
+        }
         for sink in toStop { sink.stop(deadline: sinkDeadline) }
     }
 

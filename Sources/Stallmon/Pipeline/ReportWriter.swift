@@ -59,27 +59,36 @@ final class ReportWriter: Sendable {
     }
 
     /// Finishes what is queued, then joins the thread.
-    func stop() {
+    /// Stops the writer thread once its queue is written, waiting at most `timeout`: false when it is still blocked
+    /// (in `flock` on an event log another process holds, a hung `fsync`, a sink), and then left to finish on its own.
+    @discardableResult
+    func stop(timeout: Duration) -> Bool {
         queue.withLock { $0.stopping = true }
         wakeSignal.wake()
         let running = thread.withLock { thread in
             defer { thread = nil }
             return thread
         }
-        running?.join()
+        return running?.join(timeout: timeout) ?? true
     }
 
-    /// Returns once every message accepted before the call has been handled (or the writer thread is gone).
-    func flush() {
+    /// Returns once every message accepted before the call has been handled, the writer thread is gone, or `timeout`
+    /// passed: how many of those messages were not handled yet (0: all written).
+    @discardableResult
+    func flush(timeout: Duration) -> UInt64 {
         let target = queue.withLock { $0.accepted }
-        guard thread.withLock({ $0 != nil }) else { return }
+        guard thread.withLock({ $0 != nil }) else { return 0 }
         wakeSignal.wake()
+        let deadline = Date(timeIntervalSinceNow: Double(timeout.nanosecondsClamped) / 1e9)
         progress.lock()
         defer { progress.unlock() }
         while processed < target {
-            // Bounded, so a writer that died can never hang a monitor's stop.
-            if !progress.wait(until: Date(timeIntervalSinceNow: 1)) && thread.withLock({ $0 == nil }) { return }
+            if !progress.wait(until: min(deadline, Date(timeIntervalSinceNow: 1))) {
+                if thread.withLock({ $0 == nil }) { return 0 }
+                if Date() >= deadline { return target - processed }
+            }
         }
+        return 0
     }
 
     /// Queues a message from `client`'s watchdog; never blocks. Returns false (and counts a drop) when the queue is

@@ -198,16 +198,22 @@ struct ConcurrencyStallMonitorTests {
         let run = try await Self.run("busy-pool")
         #expect(run.status == 0, "\(run.output) \(run.errors)")
         #expect(run.reports.filter { $0.kind != "starvation" }.isEmpty, "no job is slow: \(run.reports.map(\.topFrame))")
+        // The flood only: one report, or a few back to back on a loaded machine, where the flood's tasks are made
+        // slowly enough for a canary to get ahead of some of them (each report is a saturation of its own).
+        let flood = try #require(run.value("flood").flatMap(UInt64.init))
         let starved = run.reports.filter { $0.kind == "starvation" }
-        #expect(starved.count == 1, "only the flood: \(starved.map(\.start.wall))")
-        let starvation = try #require(starved.first?.starvation)
-        #expect(starvation.verdict == "busy")
-        #expect(starvation.culprits.allSatisfy { !$0.heldThroughout })
-        #expect(starvation.waitedJobs >= 100 && starvation.jobsRun >= 100, "\(starvation.waitedJobs) \(starvation.jobsRun)")
-        let report = try #require(starved.first)
-        #expect(starvation.culprits.contains { culprit in
-            (culprit.hottestStack?.frames ?? []).contains { report.frames[$0].symbol?.contains("shortWork") == true }
-        }, "a culprit ran the flood's jobs")
+        #expect(starved.count >= 1 && starved.count <= 3, "the flood: \(starved.map(\.start.wall))")
+        #expect(starved.allSatisfy { $0.start.monotonicNs >= flood }, "none while producers waited for each job")
+        for report in starved {
+            let starvation = try #require(report.starvation)
+            #expect(starvation.verdict == "busy")
+            #expect(starvation.culprits.allSatisfy { !$0.heldThroughout })
+            #expect(starvation.culprits.contains { culprit in
+                (culprit.hottestStack?.frames ?? []).contains { report.frames[$0].symbol?.contains("shortWork") == true }
+            }, "a culprit ran the flood's jobs")
+        }
+        #expect(starved.compactMap(\.starvation?.waitedJobs).reduce(0, +) >= 100)
+        #expect(starved.compactMap(\.starvation?.jobsRun).reduce(0, +) >= 100)
     }
 
     @Test("main-actor code of an async main: reported on the main actor, with the worker that drained it")
