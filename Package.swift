@@ -171,7 +171,8 @@ let package = Package(
         .testTarget(
             name: "StallmonNIOTests",
             dependencies: [
-                "StallmonNIO", "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonLoopShims", "StallmonTestSupport",
+                "StallmonNIO", "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonLoopShims", "CStallmonNIOHook",
+                "StallmonTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

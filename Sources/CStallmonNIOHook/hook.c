@@ -121,6 +121,11 @@ void cstallmon_wait_hook_close(cstallmon_wait_hook *hook) {
 }
 
 // Async-signal-safe.
+const cstallmon_wait_hook *cstallmon_wait_hook_current(void) {
+    return t_hook;
+}
+
+// Async-signal-safe.
 uint64_t cstallmon_wait_hook_waits(const cstallmon_wait_hook *hook) {
     return atomic_load_explicit(&((cstallmon_wait_hook *)hook)->waits, memory_order_relaxed);
 }

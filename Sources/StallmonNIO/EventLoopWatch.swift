@@ -3,6 +3,10 @@ import CStallmonNIOHook
 import NIOCore
 import Stallmon
 import StallmonLoop
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// One event loop under watch: the loop's `LoopWatch` (probe, watchdog, capture binding) and the selector-wait hook
 /// installed on its thread, which stores each tick's busy interval into the probe.
@@ -11,6 +15,9 @@ final class EventLoopWatch: Sendable {
     let watch: LoopWatch
     /// The hook installed on the loop thread; this object holds the creator's reference until `close()`.
     nonisolated(unsafe) private let hook: OpaquePointer
+    /// Set by `close()`; an install that comes later (a set-up task a slow loop ran after its monitor gave up) does
+    /// nothing. Taken once by install and once by close, never per tick.
+    private let closed = Mutex<Bool>(false)
 
     init(loop: any EventLoop, watch: LoopWatch) throws(StallMonitorError) {
         let probe = Unmanaged.passRetained(watch.loopProbe).toOpaque()
@@ -30,9 +37,13 @@ final class EventLoopWatch: Sendable {
 
     /// On the loop thread: installs the hook and binds the capture to this thread. Returns an errno value or 0.
     func installOnLoopThread() -> Int32 {
-        let result = cstallmon_wait_hook_install(hook)
-        if result == 0 { watch.bindCurrentThread() }
-        return result
+        closed.withLock { closed in
+            // After close() the creator's reference is gone and the hook may be freed: never touch it.
+            guard !closed else { return ECANCELED }
+            let result = cstallmon_wait_hook_install(hook)
+            if result == 0 { watch.bindCurrentThread() }
+            return result
+        }
     }
 
     /// Selector waits that began through the hook since it was installed.
@@ -41,7 +52,11 @@ final class EventLoopWatch: Sendable {
     /// Stops the hook's stores and gives up this side's reference; the loop thread drops its own when it exits or
     /// another monitor installs a hook. Nothing is posted to the loop, which may be shut down already.
     func close() {
-        cstallmon_wait_hook_close(hook)
+        closed.withLock { closed in
+            guard !closed else { return }
+            closed = true
+            cstallmon_wait_hook_close(hook)
+        }
     }
 }
 #endif

@@ -72,6 +72,7 @@ public final class NIOStallMonitor: Sendable {
                 made.append(try EventLoopWatch(loop: loop, watch: watch))
             }
             let watchesByLoop = made
+            Self.willInstallHooks?(loops)
             let installed = try Self.onEachLoop(loops, timeout: setUpTimeout) { index in
                 watchesByLoop[index].installOnLoopThread()
             }
@@ -146,6 +147,9 @@ public final class NIOStallMonitor: Sendable {
     public var statisticsByLoop: [String: StallMonitorStatistics] {
         Dictionary(watches.map { ($0.watch.name, $0.watch.statistics) }, uniquingKeysWith: { first, _ in first })
     }
+
+    /// For tests: runs between the set-up's first phase (thread ids) and the hooks' installation.
+    nonisolated(unsafe) static var willInstallHooks: (@Sendable ([any EventLoop]) -> Void)?
 
     /// Runs `body` on every loop thread (inline for the calling loop) and returns its results in loop order, or
     /// throws naming the loops that did not run it within `timeout`.

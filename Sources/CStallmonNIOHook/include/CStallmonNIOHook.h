@@ -49,6 +49,10 @@ void cstallmon_wait_hook_close(cstallmon_wait_hook *hook);
 /// through the hook. Call only while holding the creator's reference. Async-signal-safe.
 uint64_t cstallmon_wait_hook_waits(const cstallmon_wait_hook *hook);
 
+/// The hook installed on the calling thread, or NULL (for tests: which hook this thread's waits go through).
+/// Async-signal-safe.
+const cstallmon_wait_hook *cstallmon_wait_hook_current(void);
+
 #ifdef __cplusplus
 }
 #endif
