@@ -40,7 +40,8 @@ public final class NIOStallMonitor: Sendable {
 
     /// Prepares a watch on every loop of `group`: validates `configuration`, takes the sampling signal, and runs a
     /// set-up task on each loop thread (its kernel thread id, the selector hook, the capture binding),
-    /// waiting up to `setUpTimeout` for them. Call it off the group's loops (a loop of the group is set up inline).
+    /// waiting up to `setUpTimeout` for the whole set-up. Call it off the group's loops: from one of them it throws at
+    /// once (the set-up needs that loop to go back to its selector, which it cannot while it waits here).
     ///
     /// Throws when a value is invalid, the signal is taken, one of the loops is already watched by another
     /// `NIOStallMonitor`, or a loop did not run its set-up task in time (a group already shut down: NIO then also
@@ -50,6 +51,14 @@ public final class NIOStallMonitor: Sendable {
                 setUpTimeout: Duration = .seconds(5)) throws(StallMonitorError) {
         var loops: [any EventLoop] = []
         for loop in group.makeIterator() { loops.append(loop) }
+        if let current = loops.first(where: { $0.inEventLoop }) {
+            throw StallMonitorError(description: """
+                NIOStallMonitor cannot be created on one of the group's own event loops (\(current)): its set-up \
+                waits for every loop to pass through its selector, which the calling loop cannot do while it \
+                waits; create it before the server starts, or from a thread of its own
+                """)
+        }
+        let setUpDeadline = ContinuousClock.now + setUpTimeout
         let identities = loops.map { ObjectIdentifier($0) }
         let clash = Self.monitoredLoops.withLock { monitored -> Bool in
             guard monitored.isDisjoint(with: identities) else { return true }
@@ -63,7 +72,9 @@ public final class NIOStallMonitor: Sendable {
         var made: [EventLoopWatch] = []
         do throws(StallMonitorError) {
             try LoopWatch.check(configuration, sinks: sinks)
-            let threadIDs = try Self.onEachLoop(loops, timeout: setUpTimeout) { _ in cstallmon_loop_gettid() }
+            let threadIDs = try Self.onEachLoop(loops, deadline: setUpDeadline, timeout: setUpTimeout) { _ in
+                cstallmon_loop_gettid()
+            }
             for (loop, tid) in zip(loops, threadIDs) {
                 let nioName = threadName(of: tid)
                 let name = nioName.isEmpty ? "NIO-tid-\(tid)" : nioName
@@ -73,7 +84,7 @@ public final class NIOStallMonitor: Sendable {
             }
             let watchesByLoop = made
             Self.willInstallHooks?(loops)
-            let installed = try Self.onEachLoop(loops, timeout: setUpTimeout) { index in
+            let installed = try Self.onEachLoop(loops, deadline: setUpDeadline, timeout: setUpTimeout) { index in
                 watchesByLoop[index].installOnLoopThread()
             }
             if let failure = installed.first(where: { $0 != 0 }) {
@@ -82,13 +93,13 @@ public final class NIOStallMonitor: Sendable {
             }
             // The next selector wait after set-up must go through our epoll_wait; if NIO's calls bind elsewhere
             // (NIOPosix linked as a shared library loaded before us), stalls would silently never be seen.
-            let deadline = cstallmon_loop_monotonic_ns() + UInt64(setUpTimeout.nanosecondsClamped)
-            while made.contains(where: { $0.waitsSeen == 0 }) && cstallmon_loop_monotonic_ns() < deadline {
+            while made.contains(where: { $0.waitsSeen == 0 }) && ContinuousClock.now < setUpDeadline {
                 usleep(1000)
             }
             if let blind = made.first(where: { $0.waitsSeen == 0 }) {
-                throw StallMonitorError(description: "the event loop \(blind.watch.name) does not wait through "
-                    + "stallmon's epoll_wait (is NIOPosix linked as a shared library?); it cannot be timed")
+                throw StallMonitorError(description: "the event loop \(blind.watch.name) did not wait through "
+                    + "stallmon's epoll_wait within \(setUpTimeout): it stayed busy that long, or its waits bind "
+                    + "elsewhere (NIOPosix linked as a shared library?) and it cannot be timed")
             }
         } catch {
             for watch in made {
@@ -151,10 +162,11 @@ public final class NIOStallMonitor: Sendable {
     /// For tests: runs between the set-up's first phase (thread ids) and the hooks' installation.
     nonisolated(unsafe) static var willInstallHooks: (@Sendable ([any EventLoop]) -> Void)?
 
-    /// Runs `body` on every loop thread (inline for the calling loop) and returns its results in loop order, or
-    /// throws naming the loops that did not run it within `timeout`.
+    /// Runs `body` on every loop thread and returns its results in loop order, or throws naming the loops that did
+    /// not run it by `deadline` (the set-up's, whose whole length is `timeout`).
     private static func onEachLoop<Result: Sendable>(
-        _ loops: [any EventLoop], timeout: Duration, _ body: @escaping @Sendable (Int) -> Result
+        _ loops: [any EventLoop], deadline: ContinuousClock.Instant, timeout: Duration,
+        _ body: @escaping @Sendable (Int) -> Result
     ) throws(StallMonitorError) -> [Result] {
         let results = Mutex<[Int: Result]>([:])
         let finished = NSCondition()
@@ -166,11 +178,12 @@ public final class NIOStallMonitor: Sendable {
                 finished.broadcast()
                 finished.unlock()
             }
-            if loop.inEventLoop { task() } else { loop.execute(task) }
+            loop.execute(task)
         }
-        let deadline = Date(timeIntervalSinceNow: Double(timeout.nanosecondsClamped) / 1e9)
+        let left = deadline - ContinuousClock.now
+        let until = Date(timeIntervalSinceNow: max(0, Double(left.nanosecondsClamped) / 1e9))
         finished.lock()
-        while results.withLock({ $0.count }) < loops.count && finished.wait(until: deadline) {}
+        while results.withLock({ $0.count }) < loops.count && finished.wait(until: until) {}
         finished.unlock()
         let collected = results.withLock { $0 }
         guard collected.count == loops.count else {

@@ -30,4 +30,41 @@ struct NIOSetUpTimeoutTests {
         // And the loop still works.
         #expect(try loops[1].submit { 42 }.wait() == 42)
     }
+
+    /// Issue 26 (6): created on one of the group's loops, the set-up always failed after up to 3 × `setUpTimeout`
+    /// with a misleading "NIOPosix linked as a shared library?".
+    @Test func createdOnOneOfTheGroupsLoopsItRefusesAtOnceSayingWhy() throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        defer { try? group.syncShutdownGracefully() }
+        let outcome = try group.next().submit { () -> (String?, Duration) in
+            let started = ContinuousClock.now
+            do {
+                _ = try NIOStallMonitor(group: group, configuration: .init(threshold: .milliseconds(100)))
+                return (nil, ContinuousClock.now - started)
+            } catch {
+                return ("\(error)", ContinuousClock.now - started)
+            }
+        }.wait()
+        #expect(outcome.0?.contains("cannot be created on one of the group's own event loops") == true,
+                "\(outcome.0 ?? "no error")")
+        #expect(outcome.1 < .seconds(1), "at once, not after the set-up timeout: \(outcome.1)")
+    }
+
+    /// Issue 26 (6): each phase of the set-up had a timeout of its own, so two slow phases took twice as long.
+    @Test func theWholeSetUpIsBoundedByOneTimeout() throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        defer { try? group.syncShutdownGracefully() }
+        let loops = Array(group.makeIterator())
+        // Slow in each phase, each time under the timeout, together over it.
+        loops[1].execute { usleep(400_000) }
+        NIOStallMonitor.willInstallHooks = { loops in loops[1].execute { usleep(400_000) } }
+        defer { NIOStallMonitor.willInstallHooks = nil }
+        let started = ContinuousClock.now
+        #expect(throws: StallMonitorError.self) {
+            _ = try NIOStallMonitor(group: group, configuration: .init(threshold: .milliseconds(100)),
+                                    setUpTimeout: .milliseconds(600))
+        }
+        let took = ContinuousClock.now - started
+        #expect(took < .milliseconds(750), "the set-up took \(took) for a 600 ms timeout")
+    }
 }
