@@ -83,7 +83,9 @@ public final class NIOStallMonitor: Sendable {
                 made.append(try EventLoopWatch(loop: loop, watch: watch))
             }
             let watchesByLoop = made
-            Self.willInstallHooks?(loops)
+            if let first = loops.first, let pause = Self.willInstallHooks.withLock({ $0[ObjectIdentifier(first)] }) {
+                pause(loops)
+            }
             let installed = try Self.onEachLoop(loops, deadline: setUpDeadline, timeout: setUpTimeout) { index in
                 watchesByLoop[index].installOnLoopThread()
             }
@@ -159,8 +161,9 @@ public final class NIOStallMonitor: Sendable {
         Dictionary(watches.map { ($0.watch.name, $0.watch.statistics) }, uniquingKeysWith: { first, _ in first })
     }
 
-    /// For tests: runs between the set-up's first phase (thread ids) and the hooks' installation.
-    nonisolated(unsafe) static var willInstallHooks: (@Sendable ([any EventLoop]) -> Void)?
+    /// For tests: run between the set-up's first phase (thread ids) and the hooks' installation, for the group whose
+    /// first loop is the key (tests of other groups run beside them).
+    static let willInstallHooks = Mutex<[ObjectIdentifier: @Sendable ([any EventLoop]) -> Void]>([:])
 
     /// Runs `body` on every loop thread and returns its results in loop order, or throws naming the loops that did
     /// not run it by `deadline` (the set-up's, whose whole length is `timeout`).

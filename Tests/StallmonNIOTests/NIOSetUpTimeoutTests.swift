@@ -16,10 +16,9 @@ struct NIOSetUpTimeoutTests {
         defer { try? group.syncShutdownGracefully() }
         let loops = Array(group.makeIterator())
         // Between the two phases, the second loop gets busy for longer than the set-up timeout.
-        NIOStallMonitor.willInstallHooks = { loops in
-            loops[1].execute { usleep(1_000_000) }
-        }
-        defer { NIOStallMonitor.willInstallHooks = nil }
+        let key = ObjectIdentifier(loops[0])
+        NIOStallMonitor.willInstallHooks.withLock { $0[key] = { loops in loops[1].execute { usleep(1_000_000) } } }
+        defer { _ = NIOStallMonitor.willInstallHooks.withLock { $0.removeValue(forKey: key) } }
         #expect(throws: StallMonitorError.self) {
             _ = try NIOStallMonitor(group: group, configuration: .init(threshold: .milliseconds(100)),
                                     setUpTimeout: .milliseconds(300))
@@ -57,8 +56,9 @@ struct NIOSetUpTimeoutTests {
         let loops = Array(group.makeIterator())
         // Slow in each phase, each time under the timeout, together over it.
         loops[1].execute { usleep(400_000) }
-        NIOStallMonitor.willInstallHooks = { loops in loops[1].execute { usleep(400_000) } }
-        defer { NIOStallMonitor.willInstallHooks = nil }
+        let key = ObjectIdentifier(loops[0])
+        NIOStallMonitor.willInstallHooks.withLock { $0[key] = { loops in loops[1].execute { usleep(400_000) } } }
+        defer { _ = NIOStallMonitor.willInstallHooks.withLock { $0.removeValue(forKey: key) } }
         let started = ContinuousClock.now
         #expect(throws: StallMonitorError.self) {
             _ = try NIOStallMonitor(group: group, configuration: .init(threshold: .milliseconds(100)),
