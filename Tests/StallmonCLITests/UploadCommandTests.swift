@@ -107,7 +107,9 @@ struct UploadCommandTests {
         let received = receiver.requests.flatMap { $0.ids ?? [] }
         #expect(Set(received) == Set(ids), "every report delivered")
         #expect(received.count == ids.count, "none sent twice: \(received.count) records for \(ids.count) reports")
-        #expect(inProcess.statistics.delivered > 0, "the in-process uploader took turns too")
+        // Whether the in-process uploader got a turn is left to timing (the spool's lock is no queue: on a loaded
+        // machine the daemon may take every batch); what must hold is above: all delivered, none twice.
+        print("in-process uploader delivered \(inProcess.statistics.delivered) of \(ids.count)")
         #expect(try Spool(reportDirectory: directory.path).pending().isEmpty)
     }
 

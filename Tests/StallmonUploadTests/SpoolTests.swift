@@ -86,4 +86,23 @@ struct SpoolTests {
         #expect(spool.rejected() == [entries[0].name])
         #expect(FileManager.default.fileExists(atPath: spool.rejectedDirectory + "/" + entries[0].name + ".reason"))
     }
+
+    /// Issue 26 (9): `reject` had no identity check (unlike `remove`): a refused interim moved the final that had
+    /// replaced it to rejected/, unsent.
+    @Test func aRejectedInterimDoesNotTakeTheFinalThatReplacedIt() throws {
+        let directory = makeTemporaryDirectory()
+        let spool = Spool(reportDirectory: directory)
+        let path = directory + "/stall-2-def.json"
+        try AtomicFile.write(Array("interim".utf8), to: path)
+        try spool.enqueue(reportPath: path)
+        let sent = try spool.pending()  // the interim's batch is in flight…
+        try AtomicFile.write(Array("final!!".utf8), to: path)  // …when the final replaces it
+        try spool.enqueue(reportPath: path)
+        try spool.reject(sent, reason: "HTTP 400: the interim was refused")
+        #expect(try spool.pending().map(\.name) == ["stall-2-def.json"], "the final is still pending")
+        #expect(try String(contentsOfFile: spool.pendingDirectory + "/stall-2-def.json", encoding: .utf8) == "final!!")
+        #expect(spool.rejected().isEmpty, "the refusal was the interim's, not the final's")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool.pendingDirectory) == ["stall-2-def.json"],
+                "nothing left aside")
+    }
 }

@@ -171,13 +171,41 @@ public struct Spool: Sendable {
         if !entries.isEmpty { try AtomicFile.syncDirectory(pendingDirectory) }
     }
 
-    /// Moves entries to `rejected/`, each with a `.reason` file written first.
+    /// Moves entries to `rejected/`, each with a `.reason` file written first; as `remove`, only the very file that
+    /// was listed: an entry replaced since (an interim report by its final one) stays pending, to be sent.
     func reject(_ entries: [SpoolEntry], reason: String) throws(FileError) {
         try prepare()
         for entry in entries {
             let target = "\(rejectedDirectory)/\(entry.name)"
             try AtomicFile.write(Array((reason + "\n").utf8), to: target + ".reason")
-            guard rename(path(of: entry), target) == 0 else { throw .last("move to rejected", target) }
+            guard let identity = entry.identity else {
+                guard rename(path(of: entry), target) == 0 else { throw .last("move to rejected", target) }
+                continue
+            }
+            // Set aside first, so what is checked is what is moved.
+            let aside = "\(pendingDirectory)/.tmp-rejecting-\(entry.name)-\(UInt32.random(in: 0...UInt32.max))"
+            guard rename(path(of: entry), aside) == 0 else {
+                if errno == ENOENT { _ = unlink(target + ".reason"); continue }
+                throw .last("move to rejected", target)
+            }
+            var info = stat()
+            if stat(aside, &info) == 0 && FileIdentity(info) != identity {
+                // Replaced after it was listed: the newer content was never sent. Put it back (unless an even newer
+                // one arrived meanwhile, EEXIST, which supersedes it) and leave it pending.
+                if link(aside, path(of: entry)) != 0 && errno != EEXIST {
+                    let failure = FileError.last("restore", path(of: entry))
+                    _ = rename(aside, path(of: entry))
+                    throw failure
+                }
+                _ = unlink(aside)
+                _ = unlink(target + ".reason")
+                continue
+            }
+            guard rename(aside, target) == 0 else {
+                let failure = FileError.last("move to rejected", target)
+                _ = rename(aside, path(of: entry))
+                throw failure
+            }
         }
         if !entries.isEmpty {
             try AtomicFile.syncDirectory(rejectedDirectory)

@@ -134,15 +134,20 @@ struct HummingbirdServiceTests {
         let workers = ProcessInfo.processInfo.activeProcessorCount
         let outcome = try await offThePool {
             try Self.run("monitor", paths: ["/fast"]) { port in
-                let group = DispatchGroup()
+                // Threads of their own, not this process's Dispatch pool, which the suite's other tests keep busy:
+                // the blocking requests must really be in flight at once.
+                let done = DispatchSemaphore(value: 0)
                 for index in 0..<(workers + 4) {
                     // The blocking requests first (600 ms: room for a watchdog slowed down by a loaded machine), the
                     // fast ones just behind them.
                     if index == workers { usleep(30_000) }
                     let path = index < workers ? "/sleep?ms=600" : "/fast"
-                    DispatchQueue.global().async(group: group) { _ = Self.get(path, port: port) }
+                    Thread.detachNewThread {
+                        _ = Self.get(path, port: port)
+                        done.signal()
+                    }
                 }
-                group.wait()
+                for _ in 0..<(workers + 4) { done.wait() }
             }
         }
         guard outcome.started else {
