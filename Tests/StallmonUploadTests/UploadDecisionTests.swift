@@ -52,7 +52,17 @@ struct UploadDecisionTests {
                 continue
             }
         }
-        for status in [400, 401, 403, 404, 413, 500, 501] {
+        // Issue 26 (9): an authentication failure or a wrong path is the sender's configuration, being fixed (a
+        // token rotation): kept and retried, not rejected with the whole spool.
+        for status in [401, 403, 404] {
+            guard case .retry(let after, let reason) = decide(.response(status: status, retryAfter: nil, body: "no")) else {
+                Issue.record("\(status) must be kept and retried")
+                continue
+            }
+            #expect(after == 750_000_000)
+            #expect(reason.hasPrefix("HTTP \(status) (check the endpoint and token"))
+        }
+        for status in [400, 413, 500, 501] {
             guard case .reject(let reason) = decide(.response(status: status, retryAfter: nil, body: "why")) else {
                 Issue.record("\(status) must not be retried")
                 continue

@@ -215,6 +215,23 @@ struct UploaderTests {
         #expect(logs.entries.contains { $0.level == .notice && "\($0.message)".contains("moved to rejected/ again") })
     }
 
+    /// Issue 26 (9): during a token rotation the collector answers 401 for a while; the spool must wait it out.
+    @Test func aTokenRotationLosesNothing() throws {
+        let receiver = try Receiver(plan: #"[{"status":401},{"status":403},{"status":401}]"#)
+        let directory = makeTemporaryDirectory()
+        let ids = try spoolSampleReports(4, into: directory)
+        let spool = Spool(reportDirectory: directory)
+        let logs = InMemoryLogHandler()
+        let uploader = try Uploader(spool: spool, configuration: testUploadConfiguration(receiver.baseURL),
+                                    logger: Logger(label: "test") { _ in logs })
+        let statistics = uploader.flush(deadline: .seconds(10))
+        #expect(statistics.delivered == 4)
+        #expect(statistics.rejected == 0)
+        #expect(spool.rejected().isEmpty)
+        #expect(Set(receiver.acknowledgedIDs) == Set(ids))
+        #expect(logs.entries.filter { $0.level == .warning }.count == 1, "logged once when it starts failing")
+    }
+
     @Test func retryAfterIsRespected() throws {
         let receiver = try Receiver(plan: #"[{"status":429,"retry_after":"1"}]"#)
         let directory = makeTemporaryDirectory()

@@ -9,11 +9,16 @@ enum RetryPolicy {
         case delivered(rejectedRecords: Int, message: String?)
         /// 429, 502, 503, 504 or no answer: keep the batch, retry after this many nanoseconds.
         case retry(afterNanoseconds: UInt64, reason: String)
-        /// Any other status: never retried; the batch moves to rejected/.
+        /// Any other status: never retried; the batch moves to rejected/ (401, 403 and 404 are retried: see
+        /// `configurationStatuses`).
         case reject(reason: String)
     }
 
     static let retryableStatuses: Set<Int> = [429, 502, 503, 504]
+    /// The sender's configuration, not the reports, is at fault: a token being rotated (401, 403) or an endpoint
+    /// path being moved (404). Rejecting would move the whole spool to rejected/ within seconds, so these are kept
+    /// and retried with backoff until the configuration works (OTLP's spec rejects them; losing reports is worse).
+    static let configurationStatuses: Set<Int> = [401, 403, 404]
 
     /// `attempt` counts consecutive failed tries (1 for the first failure); `jitter` in [0, 1) comes from the
     /// caller so the decision stays deterministic. `nowEpochSeconds` resolves an HTTP-date Retry-After.
@@ -34,6 +39,13 @@ enum RetryPolicy {
                     wait = min(UInt64(seconds) * 1_000_000_000, retryAfterCap)
                 }
                 return .retry(afterNanoseconds: wait, reason: "HTTP \(status)")
+            }
+            if configurationStatuses.contains(status) {
+                let excerpt = String(body.prefix(200))
+                return .retry(afterNanoseconds: backoff(attempt: attempt, base: baseBackoff, max: maxBackoff,
+                                                        jitter: jitter),
+                              reason: "HTTP \(status) (check the endpoint and token; kept and retried)"
+                                  + (excerpt.isEmpty ? "" : ": \(excerpt)"))
             }
             let excerpt = String(body.prefix(512))
             return .reject(reason: "HTTP \(status)" + (excerpt.isEmpty ? "" : ": \(excerpt)"))
