@@ -296,6 +296,36 @@ struct UploaderTests {
         #expect(sink.uploader?.statistics.pending == 0)
     }
 
+    /// Issue 26 (8): a report whose spool link failed was published all the same and never queued, so never
+    /// uploaded, while the README said every visible report had been queued.
+    @Test func aReportTheSpoolRefusedIsQueuedOnceTheSpoolWorksAgain() throws {
+        let directory = makeTemporaryDirectory()
+        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        configuration.upload.spool = true
+        let spool = Spool(reportDirectory: directory)
+        // pending/ is a file: every link into the spool fails.
+        try FileManager.default.createDirectory(atPath: directory + "/spool", withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        #expect(FileManager.default.createFile(atPath: spool.pendingDirectory, contents: Data("blocked".utf8)))
+        let sink = try UploadSink(configuration: configuration, logger: Logger(label: "test"))
+        let loop = try Looper(name: "unspooled")
+        let monitor = try StallMonitor(loop: loop, configuration: configuration, logger: Logger(label: "test"),
+                                       sinks: [sink])
+        monitor.start()
+        postChainedSpins(loop, count: 1, milliseconds: 120)
+        loop.run(for: .milliseconds(500))
+        let published = readReports(directory)
+        #expect(published.count == 1, "published although the spool refused it")
+        #expect((try? spool.pending())?.isEmpty ?? true, "not queued yet")
+        // The spool is repaired: the writer offers the report again within a second or so.
+        #expect(unlink(spool.pendingDirectory) == 0)
+        loop.run(for: .milliseconds(2500))
+        monitor.stop()
+        let pending = try spool.pending().map(\.name)
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasPrefix("stall-") }
+        #expect(pending == names, "the published report queued once the spool works: \(pending) vs \(names)")
+    }
+
     @Test func aMonitorConfiguredToUploadRefusesToStartWithoutAnUploadSink() throws {
         let directory = makeTemporaryDirectory()
         var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)

@@ -118,17 +118,22 @@ final class ReportWriter: Sendable {
         AtomicFile.removeAbandonedTemporaryFiles(in: directory)
         applyRetention(for: firstClient)
         while true {
-            wakeSignal.wait(until: nil)
+            // Reports a sink refused are offered again every second while there are any.
+            wakeSignal.wait(until: state.refusedBySink.isEmpty ? nil : cstallmon_loop_monotonic_ns() + 1_000_000_000)
             let (batch, stopping) = queue.withLock { state in
                 defer { state.messages.removeAll(keepingCapacity: true) }
                 return (state.messages, state.stopping)
             }
             for (message, client) in batch { handle(message, client: client, state: &state) }
+            if !state.refusedBySink.isEmpty { offerRefusedReportsAgain(&state) }
             progress.lock()
             processed += UInt64(batch.count)
             progress.broadcast()
             progress.unlock()
-            if stopping && queue.withLock({ $0.messages.isEmpty }) { return }
+            if stopping && queue.withLock({ $0.messages.isEmpty }) {
+                if !state.refusedBySink.isEmpty { offerRefusedReportsAgain(&state) }  // a last offer
+                return
+            }
         }
     }
 
@@ -147,6 +152,9 @@ final class ReportWriter: Sendable {
         /// The rate limit's decision for a stall whose interim report came first: asked once per stall, at its first
         /// report, so a long stall counts once and its final follows its interim (written, or suppressed).
         var decided: [String: (write: Bool, suppressedBefore: Int)] = [:]
+        /// Published reports a sink refused (a spool it could not link into), by sink and path: handed to it again
+        /// from the published file until it takes them (the latest report of a path only).
+        var refusedBySink: [String: (report: StallReport, path: String, client: ReportClient, sink: Int)] = [:]
         /// One limiter per configured limit: a signature counts across every loop of the pipeline.
         var limiters: [Int: SignatureRateLimiter] = [:]
 
@@ -411,10 +419,16 @@ final class ReportWriter: Sendable {
     private func handToSinks(_ written: WrittenStallReport, client: ReportClient, state: inout WriterState) {
         for (index, sink) in client.sinks.enumerated() {
             let key = "\(ObjectIdentifier(client))/\(index)"
+            let retryKey = key + "/" + written.path
             do {
                 try sink.receive(written)
                 state.sinkFailing[key] = nil
+                state.refusedBySink[retryKey] = nil
             } catch {
+                // Published all the same (it is on disk): offered to the sink again until it takes it.
+                if state.refusedBySink.count < Self.maxRefusedReports || state.refusedBySink[retryKey] != nil {
+                    state.refusedBySink[retryKey] = (written.report, written.path, client, index)
+                }
                 let reason = "\(error)"
                 if state.sinkFailing[key] != reason {
                     state.sinkFailing[key] = reason
@@ -422,6 +436,32 @@ final class ReportWriter: Sendable {
                         "sink": "\(type(of: sink))", "report": "\(written.path)", "error": "\(reason)",
                     ])
                 }
+            }
+        }
+    }
+
+    /// Reports refused by a sink kept for another offer, at most (beyond, a refused report is only logged).
+    static let maxRefusedReports = 1024
+
+    /// Offers each report a sink refused again, from its published file (a report removed meanwhile is forgotten).
+    private func offerRefusedReportsAgain(_ state: inout WriterState) {
+        for (retryKey, entry) in state.refusedBySink {
+            guard access(entry.path, F_OK) == 0, entry.client.sinks.indices.contains(entry.sink) else {
+                state.refusedBySink[retryKey] = nil
+                continue
+            }
+            let sink = entry.client.sinks[entry.sink]
+            let key = "\(ObjectIdentifier(entry.client))/\(entry.sink)"
+            do {
+                try sink.receive(WrittenStallReport(report: entry.report, path: entry.path, contentsPath: entry.path))
+                state.refusedBySink[retryKey] = nil
+                if state.sinkFailing[key] != nil {
+                    state.sinkFailing[key] = nil
+                    entry.client.logger.notice("stallmon: a report sink takes reports again; refused ones handed over",
+                                               metadata: ["sink": "\(type(of: sink))"])
+                }
+            } catch {
+                // Logged once when it began failing (handToSinks); tried again in a second.
             }
         }
     }
