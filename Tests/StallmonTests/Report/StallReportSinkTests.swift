@@ -77,7 +77,9 @@ struct StallReportSinkTests {
         loop.run(for: .milliseconds(900))
         monitor.stop()
         #expect(readReports(directory).count == 3)
-        #expect(sink.seen.withLock { $0.count } == 3)
+        // Each report offered (and, refused, offered again every second and at stop: issue 26 (8)); logged once.
+        let seen = sink.seen.withLock { $0 }
+        #expect(Set(seen.map(\.id)).count == 3 && seen.count >= 3, "\(seen.count) offers")
         #expect(logs.entries.filter { "\($0.message)".contains("sink failed") }.count == 1, "once per change of state")
     }
 }
