@@ -182,25 +182,11 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         -> [PoolStatsReporter.PoolClass: PoolStatsReporter.Reading] {
         var readings: [PoolStatsReporter.PoolClass: PoolStatsReporter.Reading] = [:]
         for (index, poolClass) in classes.enumerated() {
-            readings[poolClass] = poolReading(Int32(index), inProgress: inProgress?[index] ?? 0)
+            var reading = PoolStatsReporter.Reading.current(poolClass: Int32(index))
+            reading.inProgressNanoseconds = inProgress?[index] ?? 0
+            readings[poolClass] = reading
         }
         return readings
-    }
-
-    private static func poolReading(_ poolClass: Int32, inProgress: UInt64) -> PoolStatsReporter.Reading {
-        var reading = PoolStatsReporter.Reading()
-        var run = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
-        var delay = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
-        _ = run.withUnsafeMutableBufferPointer { runBuffer in
-            delay.withUnsafeMutableBufferPointer { delayBuffer in
-                cstallmon_pool_stats(poolClass, &reading.totals, runBuffer.baseAddress, delayBuffer.baseAddress,
-                                     runBuffer.count)
-            }
-        }
-        reading.run = LoopBusyHistogram(counts: run)
-        reading.delay = LoopBusyHistogram(counts: delay)
-        reading.inProgressNanoseconds = inProgress
-        return reading
     }
 
     /// The job a worker runs, as reports name it (its task's name read while it still runs).
@@ -213,22 +199,12 @@ final class GlobalExecutorWatchdog: WatchdogThread {
 
     /// The label (`StallLabel`) of the task a worker runs as job `sequence`, if it has one and still runs it.
     private static func label(index: Int32, sequence: UInt64) -> String? {
-        withUnsafeTemporaryAllocation(of: CChar.self, capacity: Int(CSTALLMON_LABEL_MAX_BYTES) + 1) { buffer in
-            guard let base = buffer.baseAddress, cstallmon_worker_label(index, sequence, base, buffer.count) >= 0 else {
-                return nil
-            }
-            return String(validatingCString: base)
-        }
+        readCString(capacity: Int(CSTALLMON_LABEL_MAX_BYTES) + 1) { Int(cstallmon_worker_label(index, sequence, $0, $1)) }
     }
 
     /// The name of the task a worker runs as job `sequence`, if it has one and still runs it.
     private static func taskName(index: Int32, sequence: UInt64) -> String? {
-        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 256) { buffer in
-            guard let base = buffer.baseAddress, cstallmon_worker_task_name(index, sequence, base, 256) >= 0 else {
-                return nil
-            }
-            return String(validatingCString: base)
-        }
+        readCString(capacity: 256) { Int(cstallmon_worker_task_name(index, sequence, $0, $1)) }
     }
 
     /// A worker's probe as the detector reads a loop's: a job is an iteration.

@@ -25,6 +25,22 @@ struct PoolStatsReporter {
         /// Of the jobs running now, how long each has run so far, added up (ns): busy time not in `totals` yet.
         var inProgressNanoseconds: UInt64 = 0
 
+        /// The workers' statistics of `poolClass` (a `cstallmon_pool_class`) now; nothing in progress counted.
+        static func current(poolClass: Int32) -> Reading {
+            var reading = Reading()
+            var run = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
+            var delay = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
+            _ = run.withUnsafeMutableBufferPointer { runBuffer in
+                delay.withUnsafeMutableBufferPointer { delayBuffer in
+                    cstallmon_pool_stats(poolClass, &reading.totals, runBuffer.baseAddress, delayBuffer.baseAddress,
+                                         runBuffer.count)
+                }
+            }
+            reading.run = LoopBusyHistogram(counts: run)
+            reading.delay = LoopBusyHistogram(counts: delay)
+            return reading
+        }
+
         static func == (lhs: Reading, rhs: Reading) -> Bool {
             lhs.run == rhs.run && lhs.delay == rhs.delay && lhs.inProgressNanoseconds == rhs.inProgressNanoseconds
                 && lhs.totals.jobs == rhs.totals.jobs && lhs.totals.run_ns == rhs.totals.run_ns

@@ -40,12 +40,9 @@ public enum StallLabel {
         return try await $current.withValue(label, operation: operation, isolation: isolation)
     }
 
-    /// The label `task` has in the table, as the watchdog would read it.
+    /// The label `task` has in the table, as the watchdog would read it (the table never holds an empty one).
     static func tableLabel(of task: UInt) -> String? {
-        withUnsafeTemporaryAllocation(of: CChar.self, capacity: maxBytes + 1) { buffer in
-            guard let base = buffer.baseAddress, cstallmon_label_read(task, base, buffer.count) > 0 else { return nil }
-            return String(validatingCString: base)
-        }
+        readCString(capacity: maxBytes + 1) { Int(cstallmon_label_read(task, $0, $1)) }
     }
 
     private static func set(_ label: String, task: UInt) -> Int32 {

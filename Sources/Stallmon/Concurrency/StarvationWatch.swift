@@ -264,18 +264,10 @@ final class StarvationWatch {
         var totals = cstallmon_pool_totals()
         var delayCounts = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
         for poolClass in [CSTALLMON_POOL_HIGH, CSTALLMON_POOL_MEDIUM, CSTALLMON_POOL_LOW, CSTALLMON_POOL_BACKGROUND] {
-            var part = cstallmon_pool_totals()
-            var run = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
-            var delay = [UInt64](repeating: 0, count: LoopBusyHistogram.bucketCount)
-            _ = run.withUnsafeMutableBufferPointer { runBuffer in
-                delay.withUnsafeMutableBufferPointer { delayBuffer in
-                    cstallmon_pool_stats(Int32(poolClass.rawValue), &part, runBuffer.baseAddress,
-                                         delayBuffer.baseAddress, runBuffer.count)
-                }
-            }
-            totals.jobs &+= part.jobs
-            totals.long_delays &+= part.long_delays
-            for index in delayCounts.indices { delayCounts[index] &+= delay[index] }
+            let part = PoolStatsReporter.Reading.current(poolClass: Int32(poolClass.rawValue))
+            totals.jobs &+= part.totals.jobs
+            totals.long_delays &+= part.totals.long_delays
+            for index in delayCounts.indices { delayCounts[index] &+= part.delay.counts[index] }
         }
         return (totals, LoopBusyHistogram(counts: delayCounts))
     }

@@ -173,14 +173,31 @@ public final class Uploader: Sendable {
         var retryAt: UInt64 = 0  // monotonic
         var failing: String?
         var random = SystemRandomNumberGenerator()
-        /// Removal of acknowledged entries: next try (monotonic), tries so far, and the error being reported.
-        var removalRetryAt: UInt64 = 0
-        var removalAttempt = 0
-        var removalFailing: String?
-        /// Moving refused entries to `rejected/`: next try (monotonic), tries so far, and the error being reported.
-        var rejectRetryAt: UInt64 = 0
-        var rejectAttempt = 0
-        var rejectFailing: String?
+        /// Removal of acknowledged entries.
+        var removal = SpoolChore()
+        /// Moving refused entries to `rejected/`.
+        var rejection = SpoolChore()
+    }
+
+    /// A spool operation that failed and is retried: next try (monotonic), tries so far, the error being reported.
+    private struct SpoolChore {
+        var retryAt: UInt64 = 0
+        var attempt = 0
+        var failing: String?
+
+        /// The next try, after the same exponential backoff as a failed request (full value, no jitter).
+        mutating func failed(_ error: String, configuration: UploadConfiguration) {
+            failing = error
+            attempt += 1
+            retryAt = cstallmon_monotonic_ns() + RetryPolicy.backoff(
+                attempt: attempt, base: UInt64(configuration.backoffBase.nanosecondsClamped),
+                max: UInt64(configuration.backoffMax.nanosecondsClamped), jitter: 1)
+        }
+
+        mutating func succeeded() {
+            failing = nil
+            attempt = 0
+        }
     }
 
     /// Works until stopped (background), or until the spool is empty or `until` passes (once mode).
@@ -202,8 +219,8 @@ public final class Uploader: Sendable {
                 wait(until: min(state.retryAt, deadline ?? .max))
                 continue
             }
-            if state.removalFailing != nil && state.removalRetryAt <= monotonicNow { retryRemovals(&state) }
-            if state.rejectRetryAt <= monotonicNow && !refused.withLock({ $0.isEmpty }) { retryRejects(&state) }
+            if state.removal.failing != nil && state.removal.retryAt <= monotonicNow { retryRemovals(&state) }
+            if state.rejection.retryAt <= monotonicNow && !refused.withLock({ $0.isEmpty }) { retryRejects(&state) }
             let pending: [SpoolEntry]
             do {
                 pending = notYetDelivered(try enforceQuotas(try spool.pending()))
@@ -315,22 +332,13 @@ public final class Uploader: Sendable {
             return acknowledged.count
         }
         counters.deliveredNotRemoved.store(count, ordering: .relaxed)
-        if state.removalFailing == nil {
+        if state.removal.failing == nil {
             logger.error("""
                 stallmon: delivered reports cannot be removed from the spool; they are not sent again, and their \
                 removal is retried
                 """, metadata: ["spool": "\(spool.pendingDirectory)", "error": "\(error)"])
         }
-        scheduleRemovalRetry(&state, error: error)
-    }
-
-    /// The next removal try, after the same exponential backoff as a failed request (full value, no jitter).
-    private func scheduleRemovalRetry(_ state: inout LoopState, error: String) {
-        state.removalFailing = error
-        state.removalAttempt += 1
-        state.removalRetryAt = cstallmon_monotonic_ns() + RetryPolicy.backoff(
-            attempt: state.removalAttempt, base: UInt64(configuration.backoffBase.nanosecondsClamped),
-            max: UInt64(configuration.backoffMax.nanosecondsClamped), jitter: 1)
+        state.removal.failed(error, configuration: configuration)
     }
 
     /// Retries removing what was delivered; forgets entries that are gone.
@@ -341,17 +349,16 @@ public final class Uploader: Sendable {
         do {
             try spool.remove(stillThere)
         } catch {
-            scheduleRemovalRetry(&state, error: "\(error)")
+            state.removal.failed("\(error)", configuration: configuration)
             return
         }
         acknowledged.withLock { $0.removeAll() }
         counters.deliveredNotRemoved.store(0, ordering: .relaxed)
         logger.notice("stallmon: delivered reports are removed from the spool again", metadata: [
             "spool": "\(spool.pendingDirectory)", "removed": "\(stillThere.count)",
-            "previousError": "\(state.removalFailing ?? "")",
+            "previousError": "\(state.removal.failing ?? "")",
         ])
-        state.removalFailing = nil
-        state.removalAttempt = 0
+        state.removal.succeeded()
     }
 
     /// Logs an upload problem when uploads go from working to failing, not once per try (the reason may change
@@ -377,23 +384,15 @@ public final class Uploader: Sendable {
             refused.withLock { refused in
                 for entry in entries { refused[entry.name] = (entry.identity, reason) }
             }
-            if state.rejectFailing == nil {
+            if state.rejection.failing == nil {
                 logger.error("""
                     stallmon: refused reports cannot be moved to rejected/; they are not sent again, and the move \
                     is retried
                     """, metadata: ["count": "\(entries.count)", "reason": "\(reason)", "error": "\(error)",
                                     "directory": "\(spool.rejectedDirectory)"])
             }
-            scheduleRejectRetry(&state, error: "\(error)")
+            state.rejection.failed("\(error)", configuration: configuration)
         }
-    }
-
-    private func scheduleRejectRetry(_ state: inout LoopState, error: String) {
-        state.rejectFailing = error
-        state.rejectAttempt += 1
-        state.rejectRetryAt = cstallmon_monotonic_ns() + RetryPolicy.backoff(
-            attempt: state.rejectAttempt, base: UInt64(configuration.backoffBase.nanosecondsClamped),
-            max: UInt64(configuration.backoffMax.nanosecondsClamped), jitter: 1)
     }
 
     /// Retries moving refused entries to `rejected/`; forgets entries that are gone.
@@ -406,17 +405,16 @@ public final class Uploader: Sendable {
                 try spool.reject([entry], reason: remembered[entry.name]?.reason ?? "refused")
             }
         } catch {
-            scheduleRejectRetry(&state, error: "\(error)")
+            state.rejection.failed("\(error)", configuration: configuration)
             return
         }
         refused.withLock { $0.removeAll() }
         counters.rejected.wrappingAdd(stillThere.count, ordering: .relaxed)
         logger.notice("stallmon: refused reports are moved to rejected/ again", metadata: [
             "directory": "\(spool.rejectedDirectory)", "moved": "\(stillThere.count)",
-            "previousError": "\(state.rejectFailing ?? "")",
+            "previousError": "\(state.rejection.failing ?? "")",
         ])
-        state.rejectFailing = nil
-        state.rejectAttempt = 0
+        state.rejection.succeeded()
     }
 
     /// Drops the oldest entries beyond the quotas; logs once per batch of drops.
