@@ -18,6 +18,8 @@ struct cstallmon_wait_hook {
     void *context;
     cstallmon_wait_release release;
     _Atomic int enabled;
+    /// The loop's selector: only waits on this epoll descriptor end a tick (-1: every wait on the thread does).
+    _Atomic int selector_fd;
     _Atomic uint64_t waits;
     /// Owners: the monitor (from create until cstallmon_wait_hook_close) and the thread it is installed on.
     _Atomic int references;
@@ -43,6 +45,12 @@ static inline uint64_t monotonic_ns(void) {
 int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout) {
     cstallmon_wait_hook *hook = t_hook;
     if (hook == NULL || !atomic_load_explicit(&hook->enabled, memory_order_relaxed)) {
+        return epoll_pwait(epfd, events, maxevents, timeout, NULL);
+    }
+    int selector = atomic_load_explicit(&hook->selector_fd, memory_order_relaxed);
+    if (selector >= 0 && epfd != selector) {
+        // A wait of the code the loop runs (a nested synchronous client, another library's poller): the loop is
+        // busy throughout it, and a long one is a stall.
         return epoll_pwait(epfd, events, maxevents, timeout, NULL);
     }
     hook->before(hook->context, monotonic_ns());
@@ -84,6 +92,7 @@ cstallmon_wait_hook *cstallmon_wait_hook_create(cstallmon_wait_callback before, 
     hook->release = release;
     atomic_store_explicit(&hook->enabled, 1, memory_order_relaxed);
     atomic_store_explicit(&hook->references, 1, memory_order_relaxed);
+    atomic_store_explicit(&hook->selector_fd, -1, memory_order_relaxed);
     return hook;
 }
 
@@ -118,6 +127,11 @@ int cstallmon_wait_hook_uninstall(const cstallmon_wait_hook *hook) {
 void cstallmon_wait_hook_close(cstallmon_wait_hook *hook) {
     atomic_store_explicit(&hook->enabled, 0, memory_order_relaxed);
     drop_reference(hook);
+}
+
+// Async-signal-safe.
+void cstallmon_wait_hook_set_selector(cstallmon_wait_hook *hook, int epoll_fd) {
+    atomic_store_explicit(&hook->selector_fd, epoll_fd < 0 ? -1 : epoll_fd, memory_order_relaxed);
 }
 
 // Async-signal-safe.

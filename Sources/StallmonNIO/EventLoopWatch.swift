@@ -40,10 +40,31 @@ final class EventLoopWatch: Sendable {
         closed.withLock { closed in
             // After close() the creator's reference is gone and the hook may be freed: never touch it.
             guard !closed else { return ECANCELED }
+            let selector = Self.selectorDescriptor(of: loop)
+            cstallmon_wait_hook_set_selector(hook, selector ?? -1)
+            selectorFound.store(selector != nil, ordering: .relaxed)
             let result = cstallmon_wait_hook_install(hook)
             if result == 0 { watch.bindCurrentThread() }
             return result
         }
+    }
+
+    /// Whether only the loop's own selector waits end its ticks (its epoll descriptor was found); when false, every
+    /// epoll_wait on the loop thread does, and a handler's own blocking epoll_wait is taken for idle time.
+    var timesOnlyTheSelector: Bool { selectorFound.load(ordering: .relaxed) }
+    private let selectorFound = Atomic<Bool>(false)
+
+    /// The epoll descriptor of a NIOPosix `SelectableEventLoop`'s selector, on the loop's thread. NIOPosix keeps it
+    /// in internal stored properties (`_selector.selectorFD`), so it is read by reflection, and used only when it
+    /// names an epoll instance of this process; nil for another kind of loop or a layout NIO changed.
+    static func selectorDescriptor(of loop: any EventLoop) -> Int32? {
+        guard let descriptor = Mirror(reflecting: loop).descendant("_selector", "selectorFD") as? Int32,
+              descriptor >= 0
+        else { return nil }
+        var target = [CChar](repeating: 0, count: 64)
+        let length = readlink("/proc/self/fd/\(descriptor)", &target, target.count - 1)
+        guard length > 0 else { return nil }
+        return String(cString: target) == "anon_inode:[eventpoll]" ? descriptor : nil
     }
 
     /// Selector waits that began through the hook since it was installed.

@@ -93,6 +93,13 @@ public final class NIOStallMonitor: Sendable {
                 throw StallMonitorError(description: "cannot install the selector hook on a loop thread: "
                     + String(cString: strerror(failure)))
             }
+            for watch in made where !watch.timesOnlyTheSelector {
+                logger.warning("""
+                    stallmon: the selector descriptor of event loop \(watch.watch.name) was not found (not a NIOPosix \
+                    SelectableEventLoop, or NIO's layout changed): every epoll_wait on its thread ends a tick, so a \
+                    handler blocked in an epoll_wait of its own is taken for idle time
+                    """)
+            }
             // The next selector wait after set-up must go through our epoll_wait; if NIO's calls bind elsewhere
             // (NIOPosix linked as a shared library loaded before us), stalls would silently never be seen.
             while made.contains(where: { $0.waitsSeen == 0 }) && ContinuousClock.now < setUpDeadline {

@@ -1,3 +1,4 @@
+import CNIOLinux  // epoll_wait and epoll_create1 (sys/epoll.h is in no module of Glibc's)
 import Foundation
 import NIOCore
 import NIOPosix
@@ -141,6 +142,33 @@ struct NIOStallMonitorTests {
         }
     }
 
+    /// A task that blocks in an epoll_wait of its own (a nested synchronous client, another library's poller) is
+    /// busy: only the selector's own waits end a tick (issue 26, item 5).
+    @Test func aBlockingEpollWaitInATaskIsAStallNotIdle() throws {
+        let directory = makeTemporaryDirectory()
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        defer { try? group.syncShutdownGracefully() }
+        let monitor = try NIOStallMonitor(group: group, configuration: configuration(directory))
+        monitor.start()
+        let ownEpoll = epoll_create1(Int32(EPOLL_CLOEXEC))
+        try #require(ownEpoll >= 0)
+        defer { close(ownEpoll) }
+        let measured = try group.next().submit { () -> Double in
+            let start = MonotonicInstant.now()
+            waitInOwnEpoll(ownEpoll, milliseconds: 300)
+            return Double(MonotonicInstant.now().nanoseconds - start.nanoseconds) / 1e6
+        }.wait()
+        let found = reports(in: directory, count: 1)
+        monitor.stop()
+        let report = try #require(found.first, "the task's own 300 ms epoll_wait was taken for the loop's idle time")
+        #expect(found.count == 1)
+        #expect(report.durationMs >= measured && report.durationMs - measured <= Self.slack(report),
+                "\(report.durationMs) vs \(measured)")
+        #expect(report.stallClass == .blocked)
+        #expect(report.hottestStack?.frames.contains { report.frames[$0].symbol?.contains("waitInOwnEpoll") == true }
+                == true)
+    }
+
     @Test func twoLoopsStalledAtOnceGetOneReportEachOnTheirOwnThread() throws {
         let directory = makeTemporaryDirectory()
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
@@ -269,6 +297,13 @@ struct NIOStallMonitorTests {
         #expect(withStack.allSatisfy { $0.offsetMs >= 190 }, "\(withStack.map(\.offsetMs))")
         #expect(report.captures.attempted > withStack.count)
     }
+}
+
+/// Blocks in `epoll_wait` on `descriptor` (nothing registered: it times out).
+@inline(never)
+func waitInOwnEpoll(_ descriptor: Int32, milliseconds: Int32) {
+    var event = epoll_event()
+    _ = epoll_wait(descriptor, &event, 1, milliseconds)
 }
 
 @inline(never)

@@ -6,8 +6,9 @@
 // SelectableEventLoop on Linux, however, begins and ends at one call: epoll_wait(2). This target defines
 // `epoll_wait` itself; the program's calls (NIOPosix's among them, linked into the same executable) bind to it at
 // link time. On a thread with no hook installed it is exactly glibc's epoll_pwait with no signal mask, which is what
-// glibc's epoll_wait does. On a monitored loop thread it also stamps CLOCK_MONOTONIC before and after the wait and
-// hands both stamps to the monitor: two clock reads per tick, as NIO pays for its own delegate.
+// glibc's epoll_wait does. On a monitored loop thread it also stamps CLOCK_MONOTONIC before and after the wait on
+// the loop's own selector descriptor and hands both stamps to the monitor: two clock reads per tick, as NIO pays for
+// its own delegate. Other epoll_wait calls on that thread (a handler's own blocking wait) are busy time.
 #ifndef CSTALLMON_NIO_HOOK_H
 #define CSTALLMON_NIO_HOOK_H
 
@@ -44,6 +45,11 @@ int cstallmon_wait_hook_uninstall(const cstallmon_wait_hook *hook);
 /// finish; `context` stays valid until the last reference is gone) and the creator's reference is dropped; the hook
 /// is freed (and `release` called) when its thread no longer holds it. NOT async-signal-safe (may free).
 void cstallmon_wait_hook_close(cstallmon_wait_hook *hook);
+
+/// Only waits on `epoll_fd` (the loop's selector) end a tick from now on; the thread's other epoll_wait calls (a
+/// handler's own blocking wait) count as busy time. -1: every epoll_wait on the thread counts as the selector's (the
+/// default, for a loop whose selector descriptor could not be found). Async-signal-safe.
+void cstallmon_wait_hook_set_selector(cstallmon_wait_hook *hook, int epoll_fd);
 
 /// How many selector waits the hook has seen begin (relaxed), so a monitor can check that the loop's waits really go
 /// through the hook. Call only while holding the creator's reference. Async-signal-safe.
