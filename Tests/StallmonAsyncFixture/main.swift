@@ -89,6 +89,17 @@ enum AsyncStalls {
         var remaining = timespec()
         while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
     }
+
+    /// Encodes a large document with Foundation's JSONEncoder until `milliseconds` passed: the stall's samples are
+    /// in Foundation's code (linked into the executable by `--static-swift-stdlib`), called from here.
+    @inline(never)
+    static func encodeLargeJSON(milliseconds: Int) -> Int {
+        let document = (0..<20_000).map { ["id": String($0), "name": "row \($0)", "tags": "a,b,c"] }
+        let end = now() + UInt64(milliseconds) * 1_000_000
+        var bytes = 0
+        while now() < end { bytes += (try? JSONEncoder().encode(document).count) ?? 0 }
+        return bytes
+    }
 }
 
 enum Starvation {
@@ -185,6 +196,14 @@ case "stalls":
     try? await Task.sleep(for: .milliseconds(200))
     monitor.stop()
     say("jobs \(ConcurrencyStallMonitor.jobsTimed)")
+
+case "json":
+    // A CPU-heavy encode in Foundation's code: the top frame must be this fixture's function, not Foundation's.
+    let monitor = makeMonitor()
+    monitor.start()
+    await Task.detached { measured("json") { _ = AsyncStalls.encodeLargeJSON(milliseconds: 4 * thresholdMs) } }.value
+    try? await Task.sleep(for: .milliseconds(200))
+    monitor.stop()
 
 case "pool-stats":
     // Thousands of short jobs, then every worker blocked while a burst of short jobs waits behind them, then a pause

@@ -76,6 +76,36 @@ struct SymbolicatorTests {
         #expect(Symbolicator.swiftModule(of: "pthread_mutex_lock") == nil)
     }
 
+    /// A `--static-swift-stdlib` build links Foundation, the runtime and every dependency into the executable, and
+    /// `--build-path` may put the checkouts anywhere (or DWARF is stripped): in-app by Swift module (issue 26, 12).
+    @Test("in-app by Swift module in a static build: Foundation, the stdlib and dependencies are not the service's")
+    func inAppByModuleInStaticBuilds() {
+        let exe = "/srv/app/bin/app"
+        func inApp(_ symbol: String, file: String? = nil, rules: InAppRules = InAppRules()) -> Bool {
+            Symbolicator.isInApp(module: exe, symbol: symbol, file: file, executable: exe, rules: rules)
+        }
+        let encoderClosure = "closure #1 (FoundationEssentials.(__JSONEncoder in _2537)) throws -> () in "
+            + "FoundationEssentials.(__JSONEncoder in _2537).wrapGeneric<A, B where A: Swift.Encodable>(_: A) throws"
+        #expect(Symbolicator.swiftModule(of: encoderClosure) == "FoundationEssentials")
+        #expect(!inApp(encoderClosure), "Foundation linked into the executable")
+        #expect(!inApp("closure #1 () -> () in Swift.Array.sort()"))
+        #expect(!inApp("closure #1 in _Concurrency.Task.init()"))
+        #expect(!inApp("merged $defer #1 <A>() -> () in FoundationEssentials.(__JSONEncoder in _2537).wrap<A>(_: A)"))
+        #expect(!inApp("merged lazy protocol witness table accessor for type App.Order and conformance App.Order"))
+        #expect(!inApp("destroy value witness for FoundationEssentials.(_JSONKeyedEncodingContainer in _2537)"))
+        #expect(!inApp("static ArgumentParser.ParsableCommand.main() -> ()",
+                       file: "/tmp/build-elsewhere/checkouts/swift-argument-parser/Sources/ArgumentParser/X.swift"),
+                "a checkout under any --build-path")
+        #expect(!inApp("static ArgumentParser.ParsableCommand.main() -> ()"), "a dependency without DWARF")
+        #expect(!inApp("NIOPosix.SelectableEventLoop.run() throws -> ()"))
+        #expect(!inApp("closure #3 in Hummingbird.Router.respond()"))
+        #expect(inApp("closure #1 (App.Order) -> () in App.Checkout.encode()"), "the service's closure")
+        #expect(inApp("static ArgumentParser.ParsableCommand.main() -> ()",
+                      rules: InAppRules(include: ["ArgumentParser"])), "include overrides a known dependency")
+        #expect(!inApp(encoderClosure, rules: InAppRules(include: ["FoundationEssentials"])),
+                "the toolchain is never the service's")
+    }
+
     @Test("in_app_include / in_app_exclude parse as module lists, and refuse anything else")
     func inAppKeys() throws {
         let loaded = try StallMonitorConfiguration.load(file: nil, environment: [

@@ -179,13 +179,20 @@ final class Symbolicator {
                         rules: InAppRules = InAppRules()) -> Bool {
         if let symbol {
             if ownPrefixes.contains(where: { symbol.hasPrefix($0) }) { return false }
-            if compilerEmittedPrefixes.contains(where: { symbol.hasPrefix($0) }) { return false }
+            // `merged X`: functions of identical code the optimizer folded into one.
+            let unmerged = symbol.hasPrefix("merged ") ? symbol.dropFirst("merged ".count) : Substring(symbol)
+            if compilerEmittedPrefixes.contains(where: { unmerged.hasPrefix($0) }) { return false }
+            if symbol.contains("value witness for ") { return false }  // destroy, initializeWithCopy, …
             if systemSymbolPrefixes.contains(where: { symbol.hasPrefix($0) }) { return false }
             if systemSymbolPrefixes.contains(where: { symbol.contains(" of \($0)") }) { return false }  // specializations
             if ownModules.contains(where: { symbol.contains(" in \($0).") }) { return false }  // our closures
             if let swiftModule = swiftModule(of: symbol) {
+                // By the code's Swift module wherever it was linked from: with --static-swift-stdlib the toolchain's
+                // Foundation and runtime, and every package dependency, are in the executable itself.
+                if toolchainModules.contains(swiftModule) || ownModules.contains(swiftModule) { return false }
                 if rules.include.contains(swiftModule) { return true }
                 if rules.exclude.contains(swiftModule) { return false }
+                if isWellKnownDependency(swiftModule) { return false }
             }
         }
         if let file, checkoutDirectories.contains(where: { file.contains($0) }) { return false }
@@ -204,15 +211,16 @@ final class Symbolicator {
     static func swiftModule(of symbol: String) -> String? {
         var rest = Substring(symbol)
         let prefixes = ["static ", "merged ", "async function pointer to ", "implicit closure #", "closure #",
-                        "(extension in "]
+                        "$defer #", "(extension in "]
         var changed = true
         while changed {
             changed = false
             for prefix in prefixes where rest.hasPrefix(prefix) {
                 rest = rest.dropFirst(prefix.count)
                 if prefix.hasSuffix("#") {
-                    guard let range = rest.range(of: " in ") else { return nil }
-                    rest = rest[range.upperBound...]
+                    // `closure #1 (SIGNATURE) in CONTEXT`: the signature may name types `(X in _HASH)` of its own.
+                    guard let context = contextAfterClosure(rest) else { return nil }
+                    rest = context
                 } else if prefix == "(extension in " {
                     return rest.split(separator: ")").first.map(String.init)
                 }
@@ -223,6 +231,55 @@ final class Symbolicator {
         guard !name.isEmpty, rest.dropFirst(name.count).first == "." else { return nil }
         return String(name)
     }
+
+    /// What follows the first ` in ` outside parentheses (the context of a closure), or nil.
+    private static func contextAfterClosure(_ text: Substring) -> Substring? {
+        var depth = 0
+        var index = text.startIndex
+        while index < text.endIndex {
+            switch text[index] {
+            case "(": depth += 1
+            case ")": depth -= 1
+            case " " where depth == 0 && text[index...].hasPrefix(" in "):
+                return text[text.index(index, offsetBy: 4)...]
+            default: break
+            }
+            index = text.index(after: index)
+        }
+        return nil
+    }
+
+    /// Swift modules of the toolchain: never the service's code, also when linked into its executable
+    /// (`--static-swift-stdlib`) or inlined there.
+    static let toolchainModules: Set<String> = [
+        "Swift", "_Concurrency", "_StringProcessing", "RegexBuilder", "Synchronization", "Observation",
+        "Distributed", "_Differentiation", "Cxx", "CxxStdlib", "Foundation", "FoundationEssentials",
+        "FoundationInternationalization", "FoundationNetworking", "FoundationXML", "_FoundationCollections",
+        "Dispatch", "Glibc", "SwiftGlibc", "Musl", "XCTest", "Testing", "_Testing_Foundation",
+    ]
+
+    /// Swift modules of widely used packages (SwiftNIO, swift-log, swift-metrics, ArgumentParser, async-http-client,
+    /// Hummingbird, Vapor, gRPC, swift-crypto, …): a dependency's code, not the service's, wherever the checkout was
+    /// (`--build-path` elsewhere, sources gone, DWARF stripped). A module named in `in_app_include` overrides this.
+    static func isWellKnownDependency(_ module: String) -> Bool {
+        if wellKnownDependencyModules.contains(module) { return true }
+        return wellKnownDependencyPrefixes.contains { module.hasPrefix($0) }
+    }
+
+    static let wellKnownDependencyModules: Set<String> = [
+        "Logging", "Metrics", "CoreMetrics", "ArgumentParser", "ArgumentParserToolInfo", "AsyncHTTPClient",
+        "ServiceLifecycle", "UnixSignals", "Crypto", "_CryptoExtras", "CryptoBoringWrapper", "SwiftProtobuf",
+        "AsyncAlgorithms", "Atomics", "Collections", "DequeModule", "OrderedCollections", "HeapModule",
+        "BitCollections", "HashTreeCollections", "Algorithms", "Numerics", "RealModule", "HTTPTypes",
+        "HTTPTypesFoundation", "Tracing", "Instrumentation", "ServiceContextModule", "SwiftASN1", "X509",
+        "SystemPackage", "OpenAPIRuntime", "OpenAPIAsyncHTTPClient", "OpenAPIHummingbird", "OpenAPIVapor",
+        "RoutingKit", "ConsoleKit", "ConsoleKitTerminal", "ConsoleKitCommands", "AsyncKit", "MultipartKit",
+        "WebSocketKit", "PostgresNIO", "PostgresKit", "SQLKit", "SQLiteNIO", "SQLiteKit", "MySQLNIO", "MySQLKit",
+        "Fluent", "FluentKit", "FluentPostgresDriver", "FluentSQLiteDriver", "Leaf", "LeafKit", "JWT", "JWTKit",
+        "Vapor", "XCTVapor", "VaporTesting", "Prometheus", "W3CTraceContext", "CompressNIO", "Mustache", "Yams",
+        "GRDB", "SwiftSyntax", "Subprocess",
+    ]
+    static let wellKnownDependencyPrefixes = ["NIO", "_NIO", "CNIO", "Hummingbird", "GRPC", "OTel", "_Crypto"]
 
     static let ownModules = ["StallmonLoop", "Stallmon", "StallmonReport", "StallmonUpload", "StallmonNIO"]
     /// Stallmon's own code and compiler glue, which is never where the user's work is.
@@ -237,8 +294,9 @@ final class Symbolicator {
                                           "type metadata ", "lazy protocol witness table ", "metaclass for ",
                                           "nominal type descriptor for ", "protocol conformance descriptor for ",
                                           "associated type metadata accessor"]
-    /// Where SwiftPM and Xcode check dependencies out: code from there is a package's, not the service's.
-    static let checkoutDirectories = ["/.build/checkouts/", "/SourcePackages/checkouts/"]
+    /// Where SwiftPM (`BUILD_PATH/checkouts/`, whatever `--build-path` or `--scratch-path` says) and Xcode
+    /// (`SourcePackages/checkouts/`) check dependencies out: code from there is a package's, not the service's.
+    static let checkoutDirectories = ["/checkouts/"]
     /// Modules of the Swift toolchain and C++ library whose code can land in the user's binary (inlined, or
     /// specialized as `generic specialization <…> of Swift.…`).
     static let systemSymbolPrefixes = ["Swift.", "(extension in Swift)", "_Concurrency.", "Foundation.",

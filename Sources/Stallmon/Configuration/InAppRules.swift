@@ -1,13 +1,17 @@
 /// Which frames are the service's own code ("in-app", marked `>` by `stallmon show`): they pick the top frame and
 /// the signature. Decided per frame, first rule that applies:
-/// 1. stallmon's own code, compiler glue (thunks, `partial apply`, witness tables, `outlined copy of`, metadata
-///    accessors) and Swift runtime helpers the compiler emits into every binary (`__swift_…`, `swift_…`): no;
-/// 2. Swift, Foundation, Dispatch and C++ library code, also when inlined or specialized into the binary: no;
+/// 1. stallmon's own code, compiler glue (thunks, `partial apply`, witness tables, value witnesses, `outlined copy
+///    of`, metadata accessors) and Swift runtime helpers the compiler emits into every binary (`__swift_…`,
+///    `swift_…`): no;
+/// 2. code of the toolchain's Swift modules (the standard library, `_Concurrency`, Foundation,
+///    `FoundationEssentials`, Dispatch, …), by the module in the symbol's name wherever it was linked from (also
+///    `--static-swift-stdlib` builds, and code inlined or specialized into the binary), and C++ library code: no;
 /// 3. a Swift module named in `include` (key `in_app_include`): yes; named in `exclude` (`in_app_exclude`): no;
-/// 4. code whose DWARF source file lies in a package checkout (`/.build/checkouts/`, `/SourcePackages/checkouts/`):
-///    a dependency, not the service: no; code DWARF calls `<compiler-generated>` (synthesized `$main`,
-///    conformances): no;
-/// 5. otherwise, by image: the executable and libraries outside the system directories: yes.
+/// 4. a module of a widely used package (`Symbolicator.wellKnownDependencyModules`: SwiftNIO, swift-log,
+///    ArgumentParser, Hummingbird, Vapor, …): no;
+/// 5. code whose DWARF source file lies in a package checkout (any `/checkouts/` directory): a dependency, not the
+///    service: no; code DWARF calls `<compiler-generated>` (synthesized `$main`, conformances): no;
+/// 6. otherwise, by image: the executable and libraries outside the system directories: yes.
 public struct InAppRules: Sendable, Hashable {
     /// Swift module names whose code is always in-app (e.g. a dependency you consider your own).
     public var include: [String]

@@ -300,6 +300,31 @@ struct ConcurrencyStallMonitorTests {
                        executor: "global", stallClass: .blocked)
     }
 
+    /// A stall inside Foundation's JSONEncoder, called from the fixture's own function. With `--static-swift-stdlib`
+    /// Foundation's code is in the executable itself: in-app is decided by the Swift module of each frame, not by the
+    /// image it was linked into (issue 26, item 12).
+    @Test("a stall in Foundation's code tops the caller, in a shared and in a --static-swift-stdlib build",
+          arguments: ["shared", "static"])
+    func stallInFoundationCodeTopsTheCaller(_ build: String) async throws {
+        var executable: String?
+        if build == "static" {
+            guard let built = BuiltByTestScript.executable(
+                ".build-static/debug/stallmon-async-fixture", requiredBy: "REQUIRE_STATIC_FIXTURE",
+                builtAs: "stallmon-async-fixture with --static-swift-stdlib")
+            else { return }
+            executable = built
+        }
+        let run = try await Self.run("json", executable: executable)
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.reports.count == 1, "\(run.reports.map(\.topFrame))")
+        let report = try #require(run.reports.first)
+        #expect(report.topFrame?.symbol.contains("AsyncStalls.encodeLargeJSON") == true,
+                "top frame \(String(describing: report.topFrame?.symbol))")
+        let foundation = report.frames.filter { $0.symbol?.contains("Foundation") == true }
+        #expect(!foundation.isEmpty, "the samples are in Foundation's code")
+        #expect(foundation.allSatisfy { !$0.inApp }, "\(foundation.filter(\.inApp).map { $0.symbol ?? "-" })")
+    }
+
     @Test("the hook already taken by NIO's executor take-over: a clear error")
     func hookTakenByNIO() async throws {
         let run = try await Self.run("nio-takeover")
