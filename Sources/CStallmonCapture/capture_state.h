@@ -102,8 +102,15 @@ extern capture_state cstallmon_g_state __attribute__((visibility("hidden")));
 int cstallmon_table_refresh(void) __attribute__((visibility("hidden")));
 // NOT async-signal-safe. Starts the thread that refreshes the table on request (once per process); 0 when running.
 int cstallmon_table_start_refresher(void) __attribute__((visibility("hidden")));
-// NOT async-signal-safe; never waits. Asks the refresher thread to check the table (a capture does, each time).
-void cstallmon_table_request_refresh(void) __attribute__((visibility("hidden")));
+// NOT async-signal-safe; never waits. Asks the refresher thread to check the table (a capture does, each time; at
+// most once per 20 ms unless `urgent`, when the table was found stale).
+void cstallmon_table_request_refresh(int urgent) __attribute__((visibility("hidden")));
+// NOT async-signal-safe (process_vm_readv; never waits for a lock); for the watchdog before it signals. Compares
+// each image of the table with the program headers the loader now has at that address; an image unloaded or
+// replaced (another object loaded at its address) since the table was built is hidden from the handler from then
+// on (a frame in it ends the stack, marked). Returns 1 when every image still matches (or there is no table), 0 when
+// one did not (the table then needs a refresh).
+int cstallmon_table_check_loaded_images(void) __attribute__((visibility("hidden")));
 // NOT async-signal-safe. Points libunwind.so's reference to dl_iterate_phdr at the table (inside our handler) and
 // at the real function (everywhere else). 0 when done, -1 when libunwind's relocations could not be found.
 int cstallmon_table_patch_unwinder(void) __attribute__((visibility("hidden")));

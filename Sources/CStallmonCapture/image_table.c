@@ -9,9 +9,11 @@
 // that table to a thread inside our handler, and forwards every other call to the real dl_iterate_phdr. libunwind
 // then reads each image's .eh_frame_hdr search table and .eh_frame exactly as before, so the frames are the same.
 //
-// The table is refreshed before each capture when the loader's counters of added and removed objects
-// (dlpi_adds, dlpi_subs) changed. A replaced table is freed only once no handler can be reading it (a count of
-// handlers inside the table, read after the swap).
+// Each capture asks the refresher thread to rebuild the table when the loader's counters of added and removed
+// objects (dlpi_adds, dlpi_subs) changed, and first checks the table against the program headers the loader has now
+// (cstallmon_table_check_loaded_images): an image unloaded or replaced since is flagged stale (the one field of a
+// table that changes after it is published) and hidden from the handler. A replaced table is freed only once no
+// handler can be reading it (a count of handlers inside the table, read after the swap).
 #include "capture_state.h"
 
 #include <dlfcn.h>
@@ -20,16 +22,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 typedef struct {
     uintptr_t address;     // dlpi_addr
     const char *name;      // a copy
     const ElfW(Phdr) *phdr;  // a copy
     ElfW(Half) phnum;
+    // Where the loader keeps the image's program headers (in its first mapped segment), read again before each
+    // capture to tell whether the image is still the one the copy describes; 0 when they could not be read at all.
+    uintptr_t live_phdr;
+    // Set (never cleared) by the watchdog's check when the loader no longer has these program headers there: the
+    // image was unloaded or replaced, and the handler must not unwind with the copy.
+    _Atomic int stale;
 } table_image;
 
 typedef struct {
     uintptr_t low, high;   // an executable PT_LOAD segment
+    size_t image;          // its image's index
 } table_range;
 
 typedef struct image_table image_table;
@@ -112,6 +123,7 @@ static int copy_image(struct dl_phdr_info *info, size_t size, void *context) {
     ElfW(Phdr) *phdr = fill->phdr_storage + fill->phdrs_used;
     memcpy(phdr, info->dlpi_phdr, info->dlpi_phnum * sizeof(ElfW(Phdr)));
     image->phdr = phdr;
+    image->live_phdr = (uintptr_t)info->dlpi_phdr;
     fill->phdrs_used += info->dlpi_phnum;
     char *name = fill->name_storage + fill->names_used;
     memcpy(name, info->dlpi_name ? info->dlpi_name : "", name_length);
@@ -121,7 +133,8 @@ static int copy_image(struct dl_phdr_info *info, size_t size, void *context) {
         const ElfW(Phdr) *header = &info->dlpi_phdr[i];
         if (!is_code_segment(header)) continue;
         table->ranges[table->range_count++] =
-            (table_range){info->dlpi_addr + header->p_vaddr, info->dlpi_addr + header->p_vaddr + header->p_memsz};
+            (table_range){info->dlpi_addr + header->p_vaddr, info->dlpi_addr + header->p_vaddr + header->p_memsz,
+                          table->image_count - 1};
     }
     if (has_counters(size)) {
         table->adds = info->dlpi_adds;
@@ -137,6 +150,21 @@ static int compare_ranges(const void *left, const void *right) {
 
 // NOT async-signal-safe (malloc, dl_iterate_phdr). One allocation holding the table and its copies; NULL when out
 // of memory.
+// An image whose program headers cannot be read through process_vm_readv even now (never seen; /proc hardening
+// could) is left out of the check rather than making every capture find the table stale.
+static void forget_unreadable_headers(image_table *table) {
+    for (size_t index = 0; index < table->image_count; index++) {
+        table_image *image = &table->images[index];
+        const size_t length = (size_t)image->phnum * sizeof(ElfW(Phdr));
+        unsigned char probe[sizeof(ElfW(Phdr))];
+        struct iovec local = {.iov_base = probe, .iov_len = sizeof probe};
+        struct iovec remote = {.iov_base = (void *)image->live_phdr, .iov_len = sizeof probe};
+        if (length == 0 || process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof probe) {
+            image->live_phdr = 0;
+        }
+    }
+}
+
 static image_table *build_table(void) {
     for (int attempt = 0; attempt < 8; attempt++) {
         table_sizes sizes = {0};
@@ -166,6 +194,7 @@ static image_table *build_table(void) {
             continue;
         }
         qsort(table->ranges, table->range_count, sizeof(table_range), compare_ranges);
+        forget_unreadable_headers(table);
         return table;
     }
     return NULL;
@@ -224,6 +253,71 @@ int cstallmon_table_refresh(void) {
     return result;
 }
 
+// MARK: - Checking the table against the loaded objects (the watchdog, before each capture)
+
+// An object unloaded and another loaded at the same address leave the table describing the first one's segments
+// and unwind tables until the refresher catches up; unwinding the second with them would read its memory at the
+// first one's offsets (garbage frames, or a fault inside the handler). The loader's counters (dlpi_adds,
+// dlpi_subs) cannot be read without its list lock, which the watchdog must never wait for; so instead each image's
+// program headers, which libunwind's lookups rest on, are read again where the loader keeps them and compared with
+// the table's copy. process_vm_readv fails instead of faulting on an address no longer mapped.
+#define CHECK_BATCH 32
+#define CHECK_BUFFER_BYTES 16384
+
+int cstallmon_table_check_loaded_images(void) {
+    atomic_fetch_add(&g_table_readers, 1);  // the table is not freed while it is compared
+    const image_table *table = atomic_load(&g_table);
+    int matches = 1;
+    if (table) {
+        unsigned char buffer[CHECK_BUFFER_BYTES];
+        struct iovec local[CHECK_BATCH], remote[CHECK_BATCH];
+        const table_image *batch[CHECK_BATCH];
+        size_t index = 0;
+        const pid_t self = getpid();
+        while (index < table->image_count) {
+            size_t count = 0, used = 0;
+            for (; index < table->image_count && count < CHECK_BATCH; index++) {
+                const table_image *image = &table->images[index];
+                const size_t length = (size_t)image->phnum * sizeof(ElfW(Phdr));
+                if (image->live_phdr == 0 || length == 0 || atomic_load(&image->stale)) continue;
+                if (used + length > sizeof buffer) break;
+                local[count] = (struct iovec){.iov_base = buffer + used, .iov_len = length};
+                remote[count] = (struct iovec){.iov_base = (void *)image->live_phdr, .iov_len = length};
+                batch[count++] = image;
+                used += length;
+            }
+            if (count == 0) {
+                if (index < table->image_count && (size_t)table->images[index].phnum * sizeof(ElfW(Phdr)) > sizeof buffer) {
+                    index++;  // program headers too many to compare (never seen): that image is not checked
+                }
+                continue;
+            }
+            // A short read stops at the first image whose headers are no longer mapped (it was unloaded); the
+            // images after it in the batch are read one by one.
+            const ssize_t got = process_vm_readv(self, local, count, remote, count, 0);
+            size_t read_through = got < 0 ? 0 : (size_t)got;
+            for (size_t item = 0; item < count; item++) {
+                int same;
+                if (read_through >= local[item].iov_len) {
+                    read_through -= local[item].iov_len;
+                    same = memcmp(local[item].iov_base, batch[item]->phdr, local[item].iov_len) == 0;
+                } else {
+                    read_through = 0;
+                    same = process_vm_readv(self, &local[item], 1, &remote[item], 1, 0) ==
+                               (ssize_t)local[item].iov_len &&
+                           memcmp(local[item].iov_base, batch[item]->phdr, local[item].iov_len) == 0;
+                }
+                if (!same) {
+                    atomic_store((_Atomic int *)&batch[item]->stale, 1);
+                    matches = 0;
+                }
+            }
+        }
+    }
+    atomic_fetch_sub(&g_table_readers, 1);
+    return matches;
+}
+
 // MARK: - The refresher thread (NOT async-signal-safe)
 
 // dl_iterate_phdr waits for the loader's list lock, which a thread may hold for long (a dl_iterate_phdr callback
@@ -280,10 +374,10 @@ int cstallmon_table_start_refresher(void) {
 #define CSTALLMON_REFRESH_INTERVAL_NS (20 * 1000000ULL)
 static _Atomic uint64_t g_last_refresh_request_ns;
 
-void cstallmon_table_request_refresh(void) {
+void cstallmon_table_request_refresh(int urgent) {
     const uint64_t now = monotonic_ns();
     uint64_t last = atomic_load_explicit(&g_last_refresh_request_ns, memory_order_relaxed);
-    if (now - last < CSTALLMON_REFRESH_INTERVAL_NS) return;
+    if (!urgent && now - last < CSTALLMON_REFRESH_INTERVAL_NS) return;
     if (!atomic_compare_exchange_strong(&g_last_refresh_request_ns, &last, now)) return;  // another watchdog did
     atomic_fetch_add(&g_refresh_requests, 1);
     syscall(SYS_futex, (int32_t *)&g_refresh_requests, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
@@ -314,6 +408,7 @@ int cstallmon_table_range_of(uintptr_t address, uintptr_t *low_out, uintptr_t *h
         }
     }
     if (low == 0 || address >= table->ranges[low - 1].high) return 0;
+    if (atomic_load_explicit(&table->images[table->ranges[low - 1].image].stale, memory_order_relaxed)) return 0;
     *low_out = table->ranges[low - 1].low;
     *high_out = table->ranges[low - 1].high;
     return 1;
@@ -329,6 +424,7 @@ static int table_dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, 
     if (!table) return 0;  // nothing known: libunwind falls back to its frame-chain heuristic
     for (size_t index = 0; index < table->image_count; index++) {
         const table_image *image = &table->images[index];
+        if (atomic_load_explicit(&image->stale, memory_order_relaxed)) continue;  // unloaded or replaced since
         struct dl_phdr_info info;
         memset(&info, 0, sizeof info);
         info.dlpi_addr = image->address;

@@ -34,6 +34,10 @@ int cstallmon_image_table_contains(uintptr_t address) {
     return cstallmon_table_range_of(address, &low, &high);
 }
 
+int cstallmon_image_table_check(void) {
+    return cstallmon_table_check_loaded_images();
+}
+
 // MARK: - Slots (NOT async-signal-safe)
 
 // Async-signal-safe (one syscall). True when thread `tid` of this process has exited: signal 0 only probes.
@@ -169,8 +173,11 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
         return;
     }
     // Objects loaded or unloaded since the last capture: the refresher thread brings the table up to date (a
-    // frame in an object it does not know yet ends the stack, marked; the next sample sees it).
-    if (g_state.unwinder_uses_table) cstallmon_table_request_refresh();
+    // frame in an object it does not know yet ends the stack, marked; the next sample sees it). An object the table
+    // lists that was unloaded or replaced (another loaded at its address) is hidden from the handler, which would
+    // otherwise read the new object's unwind tables at the old one's offsets: a frame there ends the stack, marked;
+    // the refresher is woken at once.
+    if (g_state.unwinder_uses_table) cstallmon_table_request_refresh(!cstallmon_table_check_loaded_images());
     slot->max_frames = max_frames < CSTALLMON_MAX_FRAMES ? max_frames : CSTALLMON_MAX_FRAMES;
     int32_t expected = SLOT_IDLE;
     if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_REQUESTED)) {

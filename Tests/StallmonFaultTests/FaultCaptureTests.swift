@@ -417,21 +417,62 @@ enum FaultSharedLibrary {
         }
         """
 
+    /// Unwind tables placed after `PADDING` bytes of read-only data (`-DPADDING=N`), for two libraries of one mapped
+    /// size and different layouts.
+    static let paddedSource = """
+        #ifndef PADDING
+        #define PADDING 64
+        #endif
+        /* Zeros: read as an unwind table header (its version byte 0), it is rejected rather than followed. */
+        __attribute__((used)) const char fault_library_padding[PADDING] = {0};
+
+        __attribute__((noinline)) static int fault_library_inner(int value) {
+            volatile int spin = 0;
+            for (int i = 0; i < 2000; i++) spin += i;
+            return value * 3 + (spin - spin);
+        }
+
+        /* The linker's symbol for this object's ELF header: where it was loaded. */
+        extern const char __ehdr_start __attribute__((visibility("hidden")));
+        unsigned long fault_library_base(void) { return (unsigned long)&__ehdr_start; }
+
+        /* Runs until *stop is set. */
+        __attribute__((noinline)) int fault_library_spin(volatile int *stop) {
+        #ifdef BIG_FRAME
+            volatile char frame[512];  /* another frame shape at the same addresses */
+            frame[0] = 1;
+        #endif
+            int value = 0;
+            while (!*stop) value = fault_library_inner(value & 0xff);
+            return value;
+        }
+        """
+
+    /// Compiles `paddedSource` with `flags` (after -O1) into `directory`/lib`name`.so.
+    static func build(in directory: String, name: String, flags: [String]) throws -> String {
+        let sourcePath = directory + "/\(name).c"
+        try paddedSource.write(toFile: sourcePath, atomically: true, encoding: .utf8)
+        return try compile(sourcePath, into: directory + "/lib\(name).so", log: directory + "/cc-\(name).log",
+                           flags: flags)
+    }
+
+    private static func compile(_ source: String, into output: String, log: String, flags: [String] = []) throws -> String {
+        guard let compiler = findTool("cc", "gcc", "clang") else { throw FaultError("no C compiler (cc) found") }
+        let status = ChildProcess.run(compiler, ["-shared", "-fPIC", "-O1"] + flags + ["-o", output, source],
+                                    timeout: .seconds(60), outputPath: log)
+        guard status == 0 else {
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            throw FaultError("cc failed (\(String(describing: status))): \(text)")
+        }
+        return output
+    }
+
     /// Compiles the library `copies` times (distinct files, so they load at different addresses) into `directory`.
     static func build(in directory: String, copies: Int) throws -> [String] {
         let sourcePath = directory + "/fault_library.c"
         try source.write(toFile: sourcePath, atomically: true, encoding: .utf8)
-        guard let compiler = findTool("cc", "gcc", "clang") else { throw FaultError("no C compiler (cc) found") }
         return try (0..<copies).map { index in
-            let output = directory + "/libfault\(index).so"
-            let log = directory + "/cc\(index).log"
-            let status = ChildProcess.run(compiler, ["-shared", "-fPIC", "-O1", "-o", output, sourcePath],
-                                        timeout: .seconds(60), outputPath: log)
-            guard status == 0 else {
-                let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-                throw FaultError("cc failed (\(String(describing: status))): \(text)")
-            }
-            return output
+            try compile(sourcePath, into: directory + "/libfault\(index).so", log: directory + "/cc\(index).log")
         }
     }
 }

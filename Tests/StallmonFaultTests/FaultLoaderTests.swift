@@ -177,6 +177,92 @@ extension FaultTests {
                     "the unloaded library left the table")
         }
 
+        /// After a library is unloaded and another is loaded at the same address, the table still lists the first
+        /// one's program headers until the refresher catches up: unwinding the second with them reads its unwind
+        /// tables at the first one's offsets (garbage frames, or a fault in the handler). Every capture must check
+        /// the table against the loaded objects first and hide an image that was unloaded or replaced (a frame
+        /// in it ends the stack, marked) until the table is rebuilt (issue 26, item 7).
+        @Test func aLibraryLoadedWhereAnotherWasUnloadedIsNeverUnwoundWithTheOldTable() throws {
+            let signalNumber = try FaultSignal.install()
+            defer { cstallmon_release() }
+            let directory = makeTemporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            // Equal in mapped size (so the second loads where the first was), different in layout: the second's
+            // read-only data is longer, so its unwind table header lies further in, and its frames have other
+            // shapes at the same addresses (which libunwind's per-thread cache keys by).
+            let first = try FaultSharedLibrary.build(in: directory, name: "first", flags: ["-DPADDING=64", "-O1"])
+            let second = try FaultSharedLibrary.build(in: directory, name: "second",
+                                                      flags: ["-DPADDING=1024", "-DBIG_FRAME", "-fomit-frame-pointer"])
+            let stop = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+            stop.initialize(to: 0)
+            defer { stop.deallocate() }
+            let stopPointer = UInt(bitPattern: stop)
+            let base = Atomic<UInt>(0)  // the first library's base, then the second's (0 while switching)
+            let phase = Atomic<Int>(0)  // 1: the first spins; 2: told to switch; 3: the second spins
+            let target = FaultThread(name: "fault-same-base", unblocking: signalNumber) { thread in
+                guard thread.progress.load(ordering: .relaxed) == 0 else { return }
+                typealias Spin = @convention(c) (UnsafeMutablePointer<Int32>) -> Int32
+                let flag = UnsafeMutablePointer<Int32>(bitPattern: stopPointer)!
+                for (index, library) in [first, second].enumerated() {
+                    guard let handle = dlopen(library, RTLD_NOW | RTLD_LOCAL),
+                          let symbol = dlsym(handle, "fault_library_spin"),
+                          let baseSymbol = dlsym(handle, "fault_library_base") else { return }
+                    typealias Base = @convention(c) () -> UInt
+                    base.store(unsafeBitCast(baseSymbol, to: Base.self)(), ordering: .releasing)
+                    phase.store(index * 2 + 1, ordering: .releasing)
+                    _ = unsafeBitCast(symbol, to: Spin.self)(flag)
+                    flag.pointee = 0
+                    base.store(0, ordering: .releasing)
+                    dlclose(handle)
+                }
+            }
+            defer {
+                stop.pointee = 1
+                _ = target.stopAndWait()
+            }
+            #expect(eventually { phase.load(ordering: .acquiring) == 1 })
+            let firstBase = base.load(ordering: .acquiring)
+            let slot = cstallmon_slot_acquire(target.threadID)
+            try #require(slot >= 0)
+            defer { cstallmon_slot_release(slot) }
+            let capturer = StackCapturer(slot: slot, maxFrames: 128, timeout: .milliseconds(200))
+            // The table learns the first library, as in the test above.
+            #expect(eventually {
+                _ = capturer.capture(labelID: 0)
+                return cstallmon_image_table_contains(firstBase + 0x1000) == 1
+            })
+            usleep(30_000)  // past the refresher's rate limit: the next capture asks it again, right away
+            stop.pointee = 1
+            #expect(eventually { phase.load(ordering: .acquiring) == 3 })
+            let secondBase = base.load(ordering: .acquiring)
+            try #require(secondBase == firstBase, "the second library loaded elsewhere: nothing stale to test")
+            // Nothing has refreshed the table since the switch: it still lists the first library's headers there.
+            #expect(cstallmon_image_table_contains(firstBase + 0x1000) == 1, "the table is stale, as in production")
+            #expect(cstallmon_image_table_check() == 0, "the check finds the first library replaced")
+            #expect(cstallmon_image_table_contains(firstBase + 0x1000) == 0, "and hides it from the handler")
+            let symbolicator = Symbolicator()
+            var unwound = 0
+            var marked = 0
+            var wrong: [String] = []
+            for _ in 0..<20 {
+                let sample = capturer.capture(labelID: 0)
+                guard sample.status == .ok else { continue }
+                let symbols = sample.frames.enumerated().map {
+                    symbolicator.symbolize($1, isReturnAddress: $0 > 0).symbol ?? "?"
+                }
+                if let inLibrary = symbols.firstIndex(where: { $0.contains("fault_library_spin") || $0.contains("fault_library_inner") }),
+                   symbols[(inLibrary + 1)...].contains(where: { $0.contains("FaultLoaderTests") }) {
+                    unwound += 1
+                } else if sample.unknownImage && sample.frames.count == 1 {
+                    marked += 1  // the table was stale: the interrupted frame only, marked
+                } else {
+                    wrong.append(symbols.prefix(4).joined(separator: " ← "))
+                }
+            }
+            #expect(wrong.isEmpty, "unwound with the unloaded library's table: \(wrong)")
+            #expect(unwound >= 10, "then unwound through the new library: \(unwound) of 20 (\(marked) marked stale)")
+        }
+
         #if arch(x86_64)
         /// Code in no known image (here a page of machine code made executable by hand, as a JIT would) ends the
         /// stack: its frame is kept, marked, and nothing beyond it is guessed.

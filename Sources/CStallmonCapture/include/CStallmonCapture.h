@@ -58,8 +58,10 @@ typedef struct {
     uint64_t handler_done_ns;    ///< the handler published its frames
 } cstallmon_capture_result;
 
-/// Installs the sampling handler on `signal_number` with SA_SIGINFO|SA_RESTART|SA_ONSTACK, turns libunwind's
-/// global register-state cache off (its mutex could deadlock against the loader lock), and allocates nothing later. Idempotent for the same signal (reference counted).
+/// Installs the sampling handler on `signal_number` with SA_SIGINFO|SA_RESTART|SA_ONSTACK and sets libunwind's
+/// caching policy: its global register-state cache on when the handler unwinds with stallmon's image table (or the
+/// loader's list lock was found), so its mutex never waits for the loader; off otherwise. The handler allocates
+/// nothing. Idempotent for the same signal (reference counted).
 /// Returns 0, or -1 and a human-readable reason in `error_buffer` when the signal already has a handler that is not
 /// ours (named in the message), when stallmon already owns a different signal in this process, or sigaction fails.
 /// NOT async-signal-safe (takes a mutex).
@@ -90,6 +92,13 @@ void cstallmon_set_unwind_through_loader(int enabled);
 /// 1 when `address` lies in an executable segment of an image of the table the handler unwinds with (as of the
 /// last capture's refresh). For tests and diagnostics. Async-signal-safe.
 int cstallmon_image_table_contains(uintptr_t address);
+
+/// Checks the handler's image table against the objects loaded now, as every capture does before it signals: an
+/// image unloaded or replaced since the table was built (another object loaded at its address) is hidden from the
+/// handler (a frame in it ends the stack, marked as in an unknown image) until the table is rebuilt. Returns 1 when
+/// every image still matches, 0 when one did not. For tests and diagnostics. NOT async-signal-safe
+/// (process_vm_readv); never waits for a lock.
+int cstallmon_image_table_check(void);
 
 /// SIGRTMIN and SIGRTMAX, which are functions in glibc and so invisible to Swift. Async-signal-safe.
 int cstallmon_sigrtmin(void);
