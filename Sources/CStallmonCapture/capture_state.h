@@ -87,11 +87,24 @@ typedef struct {
     int unwinder_uses_table;
     // Benchmarks and the fault suite only: unwind through the loader as before the table (the old guard applies).
     _Atomic int through_loader;
-    capture_slot slots[CSTALLMON_MAX_SLOTS];
+    // The capture slots, in blocks: blocks[0] is first_block; a block is published (release) once filled with
+    // zeros and never unpublished or freed, so the handler can walk the published ones at any time.
+    capture_slot *_Atomic blocks[CSTALLMON_MAX_SLOT_BLOCKS];
+    capture_slot first_block[CSTALLMON_SLOTS_PER_BLOCK];
 } capture_state;
 
-// Everything the handler touches: static storage, allocated before any signal can arrive, never freed, so no
-// handler can ever point at freed memory. Defined in slots.c.
+// Async-signal-safe (atomic loads). The slot at `index`, or NULL when its block was never mapped or `index` is out
+// of range.
+static inline capture_slot *cstallmon_slot_at(int index) {
+    extern capture_state cstallmon_g_state __attribute__((visibility("hidden")));
+    if (index < 0 || index >= CSTALLMON_MAX_SLOTS) return NULL;
+    capture_slot *block = atomic_load_explicit(&cstallmon_g_state.blocks[index / CSTALLMON_SLOTS_PER_BLOCK],
+                                               memory_order_acquire);
+    return block ? &block[index % CSTALLMON_SLOTS_PER_BLOCK] : NULL;
+}
+
+// Everything the handler touches: static storage (and slot blocks mapped later, never unmapped), so no handler can
+// ever point at freed memory. Defined in slots.c.
 extern capture_state cstallmon_g_state __attribute__((visibility("hidden")));
 #define g_state cstallmon_g_state
 

@@ -186,7 +186,8 @@ void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
     const pid_t self = (pid_t)syscall(SYS_gettid);
     const uint64_t entered = monotonic_ns();
     for (int index = 0; index < CSTALLMON_MAX_SLOTS; index++) {
-        capture_slot *slot = &g_state.slots[index];
+        capture_slot *slot = cstallmon_slot_at(index);
+        if (slot == NULL) break;  // blocks are mapped in order: none after this one
         if (atomic_load(&slot->tid) != self) continue;
         int32_t state = atomic_load(&slot->state);
         if (state == SLOT_REQUESTED) {

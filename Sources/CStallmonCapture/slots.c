@@ -2,12 +2,15 @@
 // async-signal-safe: runs on the watchdog and the loop thread outside any handler; every wait is bounded.
 #include "capture_state.h"
 
+#include <sys/mman.h>
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
-capture_state cstallmon_g_state = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+capture_state cstallmon_g_state = {.mutex = PTHREAD_MUTEX_INITIALIZER,
+                                   .blocks = {cstallmon_g_state.first_block}};
 
 // MARK: - Clocks, ids and status (async-signal-safe, though never called from the handler)
 
@@ -46,11 +49,30 @@ static int thread_is_gone(pid_t tid) {
     return syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH;
 }
 
+// NOT async-signal-safe (mmap). Call with g_state.mutex held. Maps the next block of slots (zeroed: every slot
+// SLOT_FREE) and publishes it; false when all blocks exist or the mapping failed.
+static int map_next_block(void) {
+    for (int block = 1; block < CSTALLMON_MAX_SLOT_BLOCKS; block++) {
+        if (atomic_load_explicit(&g_state.blocks[block], memory_order_relaxed) != NULL) continue;
+        void *mapped = mmap(NULL, sizeof(capture_slot) * CSTALLMON_SLOTS_PER_BLOCK, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mapped == MAP_FAILED) return 0;
+        atomic_store_explicit(&g_state.blocks[block], (capture_slot *)mapped, memory_order_release);
+        return 1;
+    }
+    return 0;
+}
+
 int cstallmon_slot_acquire(pid_t tid) {
     int chosen = -1;
     pthread_mutex_lock(&g_state.mutex);
     for (int index = 0; index < CSTALLMON_MAX_SLOTS; index++) {
-        capture_slot *slot = &g_state.slots[index];
+        capture_slot *slot = cstallmon_slot_at(index);
+        if (slot == NULL) {
+            // Every slot is taken (many loops, a large pool, lock holders): another block, then this index is in it.
+            if (!map_next_block()) break;
+            slot = cstallmon_slot_at(index);
+        }
         if (atomic_load(&slot->state) != SLOT_FREE) continue;
         atomic_store(&slot->retired, 0);
         atomic_store(&slot->warmed, 0);
@@ -65,9 +87,21 @@ int cstallmon_slot_acquire(pid_t tid) {
     return chosen;
 }
 
+int cstallmon_slots_in_use(void) {
+    int used = 0;
+    pthread_mutex_lock(&g_state.mutex);
+    for (int index = 0; index < CSTALLMON_MAX_SLOTS; index++) {
+        const capture_slot *slot = cstallmon_slot_at(index);
+        if (slot == NULL) break;
+        if (atomic_load(&slot->state) != SLOT_FREE) used++;
+    }
+    pthread_mutex_unlock(&g_state.mutex);
+    return used;
+}
+
 int cstallmon_slot_release(int index) {
-    if (index < 0 || index >= CSTALLMON_MAX_SLOTS) return 1;
-    capture_slot *slot = &g_state.slots[index];
+    capture_slot *slot = cstallmon_slot_at(index);
+    if (slot == NULL) return 1;
     int freed = 1;
     pthread_mutex_lock(&g_state.mutex);
     atomic_store(&slot->retired, 1);
@@ -87,8 +121,8 @@ int cstallmon_slot_release(int index) {
 }
 
 int cstallmon_slot_reap(int index) {
-    if (index < 0 || index >= CSTALLMON_MAX_SLOTS) return 1;
-    capture_slot *slot = &g_state.slots[index];
+    capture_slot *slot = cstallmon_slot_at(index);
+    if (slot == NULL) return 1;
     int free_now = 0;
     pthread_mutex_lock(&g_state.mutex);
     if (atomic_load(&slot->state) == SLOT_FREE) {
@@ -111,7 +145,8 @@ int cstallmon_slot_reap(int index) {
 // signalled again until that handler has run (one handler serves every requested slot of its thread anyway).
 static int sibling_pending(const capture_slot *self, pid_t tid) {
     for (int index = 0; index < CSTALLMON_MAX_SLOTS; index++) {
-        const capture_slot *other = &g_state.slots[index];
+        const capture_slot *other = cstallmon_slot_at(index);
+        if (other == NULL) break;
         if (other == self || atomic_load(&other->tid) != tid) continue;
         const int32_t state = atomic_load(&other->state);
         if (state == SLOT_REQUESTED || state == SLOT_RUNNING || state == SLOT_ABANDONED ||
@@ -123,8 +158,8 @@ static int sibling_pending(const capture_slot *self, pid_t tid) {
 }
 
 int cstallmon_slot_is_free(int index) {
-    if (index < 0 || index >= CSTALLMON_MAX_SLOTS) return 0;
-    return atomic_load(&g_state.slots[index].state) == SLOT_FREE;
+    const capture_slot *slot = cstallmon_slot_at(index);
+    return slot != NULL && atomic_load(&slot->state) == SLOT_FREE;
 }
 
 static void (*_Atomic g_test_hook_after_capture)(int);
@@ -137,11 +172,11 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
                        cstallmon_capture_result *result) {
     memset(result, 0, sizeof *result);
     const int signal_number = atomic_load(&g_state.signal_number);
-    if (index < 0 || index >= CSTALLMON_MAX_SLOTS || signal_number == 0) {
+    if (cstallmon_slot_at(index) == NULL || signal_number == 0) {
         result->status = CSTALLMON_CAPTURE_NOT_READY;
         return;
     }
-    capture_slot *slot = &g_state.slots[index];
+    capture_slot *slot = cstallmon_slot_at(index);
     int32_t state = atomic_load(&slot->state);
     if (state == SLOT_ABANDONED || state == SLOT_ABANDONED_RUNNING) {
         // Never re-signal while a handler may still run. A thread that has exited took its pending signal with it,
@@ -253,19 +288,20 @@ int cstallmon_warm_up(int index) {
         pthread_sigmask(SIG_UNBLOCK, &ours, NULL);
     }
     // The stack bounds let the handler scan the interrupted stack safely (see interrupted_in_loader).
-    if (index >= 0 && index < CSTALLMON_MAX_SLOTS) {
+    capture_slot *warmed = cstallmon_slot_at(index);
+    if (warmed != NULL) {
         pthread_attr_t attributes;
         if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
             void *low = NULL;
             size_t size = 0;
             if (pthread_attr_getstack(&attributes, &low, &size) == 0) {
-                g_state.slots[index].stack_low = (uintptr_t)low;
-                g_state.slots[index].stack_high = (uintptr_t)low + size;
+                warmed->stack_low = (uintptr_t)low;
+                warmed->stack_high = (uintptr_t)low + size;
             }
             pthread_attr_destroy(&attributes);
         }
     }
-    if (index >= 0 && index < CSTALLMON_MAX_SLOTS) atomic_store(&g_state.slots[index].warmed, 1);
+    if (warmed != NULL) atomic_store(&warmed->warmed, 1);
     uintptr_t frames[64];
     cstallmon_capture_result result;
     // A self-signal is delivered before tgkill returns unless blocked, so the wait is only a guard.

@@ -75,9 +75,9 @@ public final class NIOStallMonitor: Sendable {
             let threadIDs = try Self.onEachLoop(loops, deadline: setUpDeadline, timeout: setUpTimeout) { _ in
                 cstallmon_loop_gettid()
             }
+            var names = Set<String>()
             for (loop, tid) in zip(loops, threadIDs) {
-                let nioName = threadName(of: tid)
-                let name = nioName.isEmpty ? "NIO-tid-\(tid)" : nioName
+                let name = Self.uniqueName(Self.loopName(of: loop, tid: tid), among: &names, tid: tid)
                 let watch = try LoopWatch(name: name, configuration: configuration, logger: logger, sinks: sinks,
                                           phaseOfReport: EventLoopPhase.of)
                 made.append(try EventLoopWatch(loop: loop, watch: watch))
@@ -124,6 +124,26 @@ public final class NIOStallMonitor: Sendable {
 
     deinit {
         stop()
+    }
+
+    /// The loop thread's name as NIO gave it (`NIO-ELT-0-#100`, `NIO-SGLTN-0-#12`), read by reflection from NIOPosix's
+    /// internal `thread.desiredName`; the kernel's copy (`comm`) is cut at 15 characters, so `#100` and `#10` would
+    /// be one name. Falls back to `comm`, then to the thread id.
+    static func loopName(of loop: any EventLoop, tid: Int32) -> String {
+        if let desired = Mirror(reflecting: loop).descendant("thread", "desiredName") as? String?, let desired,
+           !desired.isEmpty {
+            return desired
+        }
+        let kernelName = threadName(of: tid)
+        return kernelName.isEmpty ? "NIO-tid-\(tid)" : kernelName
+    }
+
+    /// `name`, or `name (tid N)` when another loop of this monitor has that name already: reports and
+    /// `statisticsByLoop` are keyed by it.
+    static func uniqueName(_ name: String, among names: inout Set<String>, tid: Int32) -> String {
+        let unique = names.contains(name) ? "\(name) (tid \(tid))" : name
+        names.insert(unique)
+        return unique
     }
 
     /// Starts the watchdogs (and the sinks). Calling it again, or after `stop()`, does nothing.

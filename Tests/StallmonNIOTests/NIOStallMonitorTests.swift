@@ -169,6 +169,29 @@ struct NIOStallMonitorTests {
                 == true)
     }
 
+    /// NIO names loop threads `NIO-ELT-<group>-#<index>`; the kernel keeps 15 characters of it, so in group 100 and
+    /// up `#100` and `#10` are one name, and `statisticsByLoop` lost a loop. Names come from NIO itself, and stay
+    /// unique (issue 26, item 10).
+    @Test func everyLoopOfALargeGroupHasItsOwnName() throws {
+        // Groups are numbered in creation order: make sure this one's number has three digits.
+        for _ in 0..<100 {
+            let throwaway = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+            try throwaway.syncShutdownGracefully()
+        }
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 101)
+        defer { try? group.syncShutdownGracefully() }
+        let monitor = try NIOStallMonitor(group: group, configuration: configuration(makeTemporaryDirectory()))
+        let names = Set(monitor.statisticsByLoop.keys)
+        monitor.stop()
+        #expect(names.count == 101, "\(names.sorted().suffix(5))")
+        // NIO numbers a group's threads from 1.
+        let first = try #require(names.first { $0.hasSuffix("-#1") }, "\(names.sorted().prefix(3))")
+        let prefix = String(first.dropLast(1))
+        #expect(prefix.count >= "NIO-ELT-100-#".count, "a group numbered 100 or more: \(first)")
+        let expected = Set((1...101).map { prefix + String($0) })
+        #expect(names.symmetricDifference(expected).isEmpty, "\(names.symmetricDifference(expected).sorted())")
+    }
+
     @Test func twoLoopsStalledAtOnceGetOneReportEachOnTheirOwnThread() throws {
         let directory = makeTemporaryDirectory()
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)

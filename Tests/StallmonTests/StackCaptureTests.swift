@@ -56,6 +56,15 @@ private let slotReleasedByTheHook = Atomic<Int32>(-1)
 
 @Suite(.serialized)
 struct StackCaptureTests {
+    /// A new thread inherits its creator's signal mask, and a test may run on a Dispatch worker, which blocks the
+    /// sampling signal: a thread to be captured unblocks it first.
+    static func unblock(_ signalNumber: Int32) {
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, signalNumber)
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
+    }
+
     static func installDefaultSignal() throws -> Int32 {
         let number = try SamplingSignal.default.resolve()
         var message = [CChar](repeating: 0, count: 256)
@@ -275,13 +284,48 @@ struct StackCaptureTests {
         #expect(report.frames.contains { $0.symbol?.contains("stallmonTestSpinWithLoaderAddressInFrame") == true })
     }
 
+    /// More threads captured at once than a block of slots (a `.singleton` group on a large host, a wide pool, lock
+    /// holders): more blocks are mapped, and a capture through a slot of a later block works (issue 26, item 10).
+    @Test func slotsGrowPastTheFirstBlock() throws {
+        let signalNumber = try Self.installDefaultSignal()
+        defer { cstallmon_release() }
+        let threadID = Atomic<Int32>(0)
+        let finish = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            Self.unblock(signalNumber)
+            threadID.store(cstallmon_gettid(), ordering: .releasing)
+            finish.wait()
+        }
+        defer { finish.signal() }
+        while threadID.load(ordering: .acquiring) == 0 { usleep(1000) }
+        let tid = threadID.load(ordering: .acquiring)
+        let count = Int(CSTALLMON_SLOTS_PER_BLOCK) * 2 + 3
+        var slots: [Int32] = []
+        defer { for slot in slots { cstallmon_slot_release(slot) } }
+        for _ in 0..<count {
+            let slot = cstallmon_slot_acquire(tid)
+            try #require(slot >= 0, "slot \(slots.count + 1) of \(count)")
+            slots.append(slot)
+        }
+        #expect(Set(slots).count == count)
+        let last = try #require(slots.max())
+        #expect(last >= CSTALLMON_SLOTS_PER_BLOCK * 2, "the last slots are in the third block: \(last)")
+        #expect(cstallmon_slots_in_use() >= Int32(count))
+        // A capture of that thread through its slot in the third block: the handler walks every block.
+        for slot in slots where slot != last { cstallmon_slot_release(slot) }
+        slots = [last]
+        let capturer = StackCapturer(slot: last, maxFrames: 64, timeout: .milliseconds(200))
+        let sample = capturer.capture(labelID: 0)
+        #expect(sample.status == .ok && !sample.frames.isEmpty, "\(sample.status)")
+    }
+
     /// The unwinder reads stallmon's image table, not the loader's list, so unwinding a thread that holds the
     /// list lock (inside dl_iterate_phdr's callback) would not wait for it. It is still skipped while the lock's
     /// address is known: libunwind's cache mutex may be held by a thread of the application that unwinds with
     /// libunwind itself and waits for that lock. A thread in such a callback without the lock's address, and a
     /// thread interrupted in loader code that does not hold the lock, are unwound (the tests below).
     @Test func aThreadHoldingTheLoaderListLockIsNotUnwound() throws {
-        _ = try Self.installDefaultSignal()
+        let signalNumber = try Self.installDefaultSignal()
         defer { cstallmon_release() }
         typealias Callback = @convention(c) (OpaquePointer?, Int, UnsafeMutableRawPointer?) -> Int32
         typealias IteratePhdr = @convention(c) (Callback, UnsafeMutableRawPointer?) -> Int32
@@ -292,6 +336,7 @@ struct StackCaptureTests {
         let finished = DispatchSemaphore(value: 0)
         stopSpinningInLoader.store(false, ordering: .relaxed)
         Thread.detachNewThread {
+            Self.unblock(signalNumber)
             tid.store(cstallmon_gettid(), ordering: .releasing)
             // dl_iterate_phdr holds the loader's list lock while its callback runs.
             _ = iterate({ _, _, _ in

@@ -24,8 +24,13 @@ extern "C" {
 
 /// Frames one capture stores at most; deeper stacks are truncated (the outermost frames are dropped).
 #define CSTALLMON_MAX_FRAMES 256
-/// Threads that can be monitored at once in one process.
-#define CSTALLMON_MAX_SLOTS 64
+/// Capture slots come in blocks of this many: the first is static, the others are mapped when every slot is taken
+/// (never unmapped: a late handler may still read them).
+#define CSTALLMON_SLOTS_PER_BLOCK 64
+/// Blocks of slots at most.
+#define CSTALLMON_MAX_SLOT_BLOCKS 64
+/// Threads that can be captured at once in one process (loop threads, pool workers, lock holders being sampled).
+#define CSTALLMON_MAX_SLOTS (CSTALLMON_SLOTS_PER_BLOCK * CSTALLMON_MAX_SLOT_BLOCKS)
 
 typedef enum {
     /// Frames captured.
@@ -110,6 +115,9 @@ int cstallmon_sigrtmax(void);
 /// cstallmon_warm_up on the thread, its handler uses libunwind's plain unwinder (no per-thread cache to create).
 /// NOT async-signal-safe.
 int cstallmon_slot_acquire(pid_t tid);
+
+/// Slots reserved now (for a warning that says why a thread got none). NOT async-signal-safe (takes a mutex).
+int cstallmon_slots_in_use(void);
 
 /// Returns a slot. If a signal may still be pending for it, the slot is retired instead of reused until that
 /// late handler has run. Returns 1 when the slot is free now, 0 when it waits for that handler (see

@@ -126,7 +126,14 @@ final class Watchdog: WatchdogThread {
     }
 
     private func reportThreadBinding(_ bound: ThreadBinding.Bound) {
-        if bound.warmUpStatus != .ok {
+        if bound.slot < 0 {
+            let inUse = cstallmon_slots_in_use()
+            logger.warning("""
+                stallmon: no capture slot for the loop thread (\(inUse) in use of \(CSTALLMON_MAX_SLOTS), or no \
+                memory for more): its stalls are reported without stacks
+                """,
+                           metadata: ["loop": "\(loopName)", "tid": "\(bound.tid)"])
+        } else if bound.warmUpStatus != .ok {
             logger.warning("stallmon: warming up the capture on the loop thread failed; captures may time out",
                            metadata: ["loop": "\(loopName)", "status": "\(bound.warmUpStatus.rawValue)"])
         }

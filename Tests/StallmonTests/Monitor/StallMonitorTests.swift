@@ -1,3 +1,4 @@
+import CStallmonCapture
 import Foundation
 import InMemoryLogging
 import Logging
@@ -58,7 +59,7 @@ struct StallMonitorBehaviourTests {
 
     /// Start/stop races with the bind on the loop thread (the posted stallmon.bind, or entry) must never leak a
     /// capture slot or release one twice: 1,000 monitors started and stopped on a busy, running loop, then one more
-    /// that must still get stacks (64 slots: any leak rate above ~6 % would leave it none).
+    /// that must still get stacks; were slots leaked, the lowest free slot would have left the first block.
     @Test func aThousandStartStopCyclesOnABusyLoopLeakNoSlot() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "churn")
@@ -78,6 +79,9 @@ struct StallMonitorBehaviourTests {
             if cycle % 3 == 0 { usleep(200) }  // sometimes after the bind, sometimes racing it
             monitor.stop()
         }
+        let probe = cstallmon_slot_acquire(cstallmon_gettid())
+        #expect(probe >= 0 && probe < CSTALLMON_SLOTS_PER_BLOCK, "no slot leaked by 1,000 cycles: \(probe)")
+        cstallmon_slot_release(probe)
         let monitor = try StallMonitor(loop: loop, configuration: configuration)
         monitor.start()
         #expect(eventually(timeout: .seconds(2)) { monitor.statistics.reportsWritten >= 0 })
