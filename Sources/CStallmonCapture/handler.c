@@ -193,7 +193,22 @@ void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
         if (state == SLOT_REQUESTED) {
             int32_t expected = SLOT_REQUESTED;
             if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_RUNNING)) {
-                if (expected == SLOT_ABANDONED) drain_abandoned(slot, SLOT_ABANDONED);
+                // Drained only if still this thread's: see below.
+                if (expected == SLOT_ABANDONED && atomic_load(&slot->tid) == self) {
+                    drain_abandoned(slot, SLOT_ABANDONED);
+                }
+                continue;
+            }
+            // The slot may have been released and handed to another thread between the tid check above and the
+            // swap (this handler serving another slot of its thread meanwhile): that request is not ours. Put it
+            // back as its own handler will expect it, REQUESTED, or ABANDONED if its watchdog gave up meanwhile.
+            if (atomic_load(&slot->tid) != self) {
+                expected = SLOT_RUNNING;
+                if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_REQUESTED) &&
+                    expected == SLOT_ABANDONED_RUNNING) {
+                    expected = SLOT_ABANDONED_RUNNING;
+                    atomic_compare_exchange_strong(&slot->state, &expected, SLOT_ABANDONED);
+                }
                 continue;
             }
             slot->unknown_image = 0;

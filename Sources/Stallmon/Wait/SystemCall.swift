@@ -41,7 +41,33 @@ package struct SystemCall: Equatable, Sendable {
     /// True for the calls a signal handler installed with `SA_RESTART` does not cut short: the kernel resumes them
     /// after the handler (signal(7)). Others (`nanosleep`, `poll`, `epoll_wait`, `connect`, …) fail with `EINTR`
     /// or return early, which is why a thread the monitor does not own is never signalled in one.
-    var restartsAfterSignal: Bool { Self.restartedNames.contains(name) }
+    /// A socket with a timeout is the exception: on one with `SO_RCVTIMEO` (receiving: `read`, `recvfrom`,
+    /// `accept`, …) or `SO_SNDTIMEO` (sending: `write`, `sendto`, …) set, the call fails with `EINTR` instead.
+    var restartsAfterSignal: Bool {
+        guard Self.restartedNames.contains(name) else { return false }
+        guard let descriptor = fileDescriptor, let direction = Self.socketDirection[name] else { return true }
+        return !Self.socketHasTimeout(descriptor, option: direction == .receiving ? SO_RCVTIMEO : SO_SNDTIMEO)
+    }
+
+    private enum Direction { case receiving, sending }
+
+    /// The calls that wait on a socket's receive or send timeout when their descriptor is a socket.
+    private static let socketDirection: [String: Direction] = [
+        "read": .receiving, "readv": .receiving, "recvfrom": .receiving, "recvmsg": .receiving,
+        "recvmmsg": .receiving, "accept": .receiving, "accept4": .receiving,
+        "write": .sending, "writev": .sending, "sendto": .sending, "sendmsg": .sending, "sendmmsg": .sending,
+    ]
+
+    /// Whether `descriptor` (of this process) is a socket with that timeout set. A descriptor that is not a socket
+    /// (ENOTSOCK) has none. If the answer cannot be had, the socket is taken to have one: not signalled.
+    private static func socketHasTimeout(_ descriptor: Int32, option: Int32) -> Bool {
+        var timeout = timeval()
+        var length = socklen_t(MemoryLayout<timeval>.size)
+        if getsockopt(descriptor, SOL_SOCKET, option, &timeout, &length) != 0 {
+            return errno != ENOTSOCK && errno != EBADF
+        }
+        return timeout.tv_sec != 0 || timeout.tv_usec != 0
+    }
 
     static let restartedNames: Set<String> = [
         "read", "write", "readv", "writev", "pread64", "pwrite64", "openat", "wait4", "waitid", "accept", "accept4",

@@ -101,6 +101,43 @@ struct HolderSamplerTests {
         #expect(slept.load(ordering: .acquiring) >= 290_000_000)
     }
 
+    /// `read`/`recv` on a socket with a receive timeout (`SO_RCVTIMEO`) is not restarted after a handler installed
+    /// with `SA_RESTART`: it fails with EINTR (signal(7)). Such a holder must not be signalled (issue 26, item 11).
+    @Test func aHolderInARecvWithATimeoutIsNotSignalled() throws {
+        _ = try StackCaptureTests.installDefaultSignal()
+        defer { cstallmon_release() }
+        var pair: [Int32] = [0, 0]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+        defer { close(pair[0]); close(pair[1]) }
+        var timeout = timeval(tv_sec: 0, tv_usec: 400_000)
+        try #require(setsockopt(pair[0], SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size)) == 0)
+        let reader = pair[0]
+        let outcome = Atomic<Int32>(-2)  // the recv's errno (EAGAIN: timed out, as it should; EINTR: cut short)
+        let holder = BusyThread { _ in
+            var byte: UInt8 = 0
+            let got = recv(reader, &byte, 1, 0)
+            outcome.store(got < 0 ? errno : 0, ordering: .releasing)
+        }
+        let tid = holder.tid.load(ordering: .acquiring)
+        #expect(eventually { ThreadStats.state(tid: tid) == "S" })
+        let call = try #require(SystemCall.current(tid: tid))
+        #expect(!call.restartsAfterSignal, "\(call.name) on a socket with SO_RCVTIMEO is not restarted")
+        let sampler = HolderSampler(maxFrames: 64, timeout: .milliseconds(200), stacks: true)
+        var descriptors = DescriptorResolver()
+        for _ in 0..<5 {
+            let sample = sampler.sample(tid, descriptors: &descriptors)
+            guard sample.state == "S" else { continue }
+            #expect(sample.status == nil, "signalled a thread whose recv the signal would cut short")
+            usleep(10_000)
+        }
+        sampler.endStall()
+        holder.exited.wait()
+        #expect(outcome.load(ordering: .acquiring) == EAGAIN, "the recv timed out instead of failing with EINTR")
+        // The same call on a socket without a timeout is restarted.
+        let plain = SystemCall(number: call.number, arguments: [UInt64(pair[1])] + call.arguments.dropFirst())
+        #expect(plain.restartsAfterSignal)
+    }
+
     @Test func aHolderThatBlocksTheSignalIsNeverSignalled() throws {
         let number = try StackCaptureTests.installDefaultSignal()
         defer { cstallmon_release() }
