@@ -16,40 +16,71 @@ extension NIOStallMonitor: StallMonitoring {}
 extension StallMonitor: StallMonitoring {}
 extension ConcurrencyStallMonitor: StallMonitoring {}
 
-/// Runs a stall monitor as a swift-service-lifecycle `Service`: `run()` starts it and returns after graceful
-/// shutdown (or cancellation), having stopped it: a stall in progress is written as ongoing, the reports are
-/// flushed and the sinks (StallmonUpload's uploader) get up to 2 s to send what is pending.
+/// Runs stall monitors as a swift-service-lifecycle `Service`: `run()` starts them and, once what they watch has shut
+/// down, stops them: a stall in progress is written as ongoing, the reports are flushed (up to 5 s) and the sinks
+/// (StallmonUpload's uploader) get up to 2 s to send what is pending.
 ///
-/// Put it in the `ServiceGroup` **after** the application's services: a group shuts services down in reverse order,
-/// so the monitor is still watching while the application drains.
+/// The monitors must outlive the application's drain, or a stall during it is cut short (written as ongoing) and
+/// the rest of the drain is unwatched. A `ServiceGroup` shuts its services down in **reverse** order, each after the
+/// one after it has finished. The robust wiring is to hand the application's services to this service, which runs
+/// them as its children (they get the group's graceful shutdown as usual) and stops the monitors only after every
+/// one of them returned:
 ///
 /// ```swift
 /// let monitor = try NIOStallMonitor(group: MultiThreadedEventLoopGroup.singleton)
-/// let group = ServiceGroup(services: [app, StallMonitorService(monitor)], logger: logger)
+/// let group = ServiceGroup(services: [StallMonitorService(monitor, watching: [app])],
+///                          gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
 /// try await group.run()
 /// ```
+///
+/// Without `watching:`, `run()` returns at graceful shutdown: list it **first** in the group (before the
+/// application's services), so that it is shut down last.
 public struct StallMonitorService: Service {
-    private let monitor: any StallMonitoring
+    private let monitors: [any StallMonitoring]
+    private let services: [any Service]
 
-    /// Wraps `monitor`, which `run()` starts and stops.
-    public init(_ monitor: any StallMonitoring) {
-        self.monitor = monitor
+    /// Wraps `monitor`, which `run()` starts and stops; `services` (the application's) run as its children and the
+    /// monitor stops after all of them returned.
+    public init(_ monitor: any StallMonitoring, watching services: [any Service] = []) {
+        self.init([monitor], watching: services)
+    }
+
+    /// Wraps several monitors (e.g. a `NIOStallMonitor` and a `ConcurrencyStallMonitor`), started in this order and
+    /// stopped in the reverse order; `services` run as this service's children, as above.
+    public init(_ monitors: [any StallMonitoring], watching services: [any Service] = []) {
+        self.monitors = monitors
+        self.services = services
     }
 
     public func run() async throws {
-        monitor.start()
-        // Returns at graceful shutdown; throws CancellationError when cancelled. Either way the monitor stops.
-        try? await gracefulShutdown()
-        let monitor = monitor
+        for monitor in monitors { monitor.start() }
+        var failure: (any Error)?
+        if services.isEmpty {
+            // Returns at graceful shutdown; throws CancellationError when cancelled. Either way the monitors stop.
+            try? await gracefulShutdown()
+        } else {
+            // The children inherit this task's graceful shutdown and cancellation. The first to throw cancels the
+            // others (as a ServiceGroup does); the monitors keep watching until every one has returned.
+            do {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for service in services { group.addTask { try await service.run() } }
+                    try await group.waitForAll()
+                }
+            } catch {
+                failure = error
+            }
+        }
+        let monitors = monitors
         // stop() joins threads: never on the cooperative pool, which it could starve.
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             let thread = Thread {
-                monitor.stop()
+                for monitor in monitors.reversed() { monitor.stop() }
                 done.resume()
             }
             thread.name = "stallmon-stop"
             thread.start()
         }
+        if let failure { throw failure }
     }
 }
 #endif

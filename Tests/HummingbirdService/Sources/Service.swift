@@ -1,7 +1,11 @@
 // A Hummingbird 2 service wired as the README says (NIOStallMonitor for the event loops, ConcurrencyStallMonitor
 // for the async code), whose async route handlers block their worker in named functions.
 //
-//   hb-stall-service REPORT_DIR PORT_FILE [monitor | nio-takeover | plain]
+//   hb-stall-service REPORT_DIR PORT_FILE [monitor | nio-takeover | plain | service-group | service-group-last]
+//
+// service-group: run in a ServiceGroup as the README says (StallMonitorService watching the application, SIGTERM
+// and SIGINT shut it down gracefully); service-group-last: the wiring the README once had (the monitor listed after
+// the application, so stopped first). GET /sleep?ms=N blocks a worker for N ms; a SIGTERM meanwhile drains it.
 //
 // Writes the port it listens on (127.0.0.1) to PORT_FILE. GET /cpu, /sleep, /lock and /users/{id}/invoice stall;
 // /fast does not; StallLabelMiddleware names each request's stalls after its route;
@@ -10,8 +14,10 @@
 // there is no monitor at all (the benchmark's baseline).
 import Foundation
 import Hummingbird
+import Logging
 import NIOCore
 import NIOPosix
+import ServiceLifecycle
 import Stallmon
 import StallmonNIO
 import Synchronization
@@ -126,7 +132,9 @@ struct Service {
         }
         var configuration = StallMonitorConfiguration(threshold: .milliseconds(100), reportDirectory: reportDirectory)
         configuration.sampleInterval = .milliseconds(10)
-        let plain = arguments.count > 3 && arguments[3] == "plain"
+        let mode = arguments.count > 3 ? arguments[3] : "monitor"
+        let plain = mode == "plain"
+        let inServiceGroup = mode.hasPrefix("service-group")
         var monitors: (ConcurrencyStallMonitor, NIOStallMonitor)?
         if !plain {
             do {
@@ -136,8 +144,10 @@ struct Service {
                 FileHandle.standardError.write(Data("\(error)\n".utf8))
                 exit(3)
             }
-            monitors?.0.start()
-            monitors?.1.start()
+            if !inServiceGroup {
+                monitors?.0.start()
+                monitors?.1.start()
+            }
         }
 
         let router = Router()
@@ -162,6 +172,20 @@ struct Service {
                                   let port = channel.localAddress?.port ?? 0
                                   try? "\(port)\n".write(toFile: portFile, atomically: true, encoding: .utf8)
                               })
+        if inServiceGroup, let (concurrency, nio) = monitors {
+            let logger = Logger(label: "hb-stall-service")
+            let services: [any ServiceLifecycle.Service]
+            if mode == "service-group-last" {
+                services = [app, StallMonitorService([concurrency, nio])]
+            } else {
+                // As the README says.
+                services = [StallMonitorService([concurrency, nio], watching: [app])]
+            }
+            let group = ServiceGroup(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            try await group.run()
+            FileHandle.standardError.write(Data("drained\n".utf8))
+            return
+        }
         try await app.runService()
         _ = monitors
     }

@@ -1,6 +1,7 @@
 import Foundation
 import StallmonReport
 import StallmonTestSupport
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -164,6 +165,70 @@ struct HummingbirdServiceTests {
         // once it runs itself); a job waited at least the threshold in any case, if only stallmon's canary.
         #expect(starvation.oldestWaitMs >= 100, "\(starvation)")
         #expect(starved.first?.label == "GET /sleep", "the report's label is its first culprit's")
+    }
+
+    /// SIGTERM 0.4 s into a 1.5 s blocking handler: the service drains it, then exits. `mode` is the wiring:
+    /// the README's (`StallMonitorService(…, watching: [app])`) or the one the README once had (the monitor listed
+    /// after the application, so a `ServiceGroup`, shutting down in reverse order, stopped it first).
+    static func drain(_ mode: String) throws -> (outcome: Outcome, handlerMs: Double?, signal: Int32?) {
+        let root = makeTemporaryDirectory("hummingbird-\(mode)")
+        let child = try ChildProcess(executable, [root + "/reports", root + "/port", mode],
+                                     environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
+                                     stderrPath: root + "/err")
+        defer { child.kill() }
+        var outcome = Outcome()
+        var port: Int?
+        let deadline = Date().addingTimeInterval(20)
+        while port == nil && Date() < deadline && !child.poll() {
+            port = (try? String(contentsOfFile: root + "/port", encoding: .utf8))
+                .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            usleep(20_000)
+        }
+        guard let port else { return (outcome, nil, nil) }
+        outcome.started = true
+        let answered = DispatchSemaphore(value: 0)
+        let body = Mutex<String?>(nil)
+        Thread.detachNewThread {
+            body.withLock { $0 = Self.get("/sleep?ms=1500", port: port) }
+            answered.signal()
+        }
+        usleep(400_000)
+        _ = Glibc.kill(child.pid, SIGTERM)
+        _ = answered.wait(timeout: .now() + 10)
+        _ = child.wait(timeout: .seconds(15))
+        outcome.exitCode = child.exitCode
+        outcome.errors = (try? String(contentsOfFile: root + "/err", encoding: .utf8)) ?? ""
+        let directory = root + "/reports"
+        outcome.reports = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
+            .filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
+            .compactMap { try? ReportReader.read(directory + "/" + $0) }
+        let handlerMs = body.withLock { $0 } == "legacy" ? 1500.0 : nil
+        return (outcome, handlerMs, child.terminatingSignal)
+    }
+
+    @Test("SIGTERM during a stall, wired as the README says: the drain is watched to the end, the report is final")
+    func sigtermDuringAStallIsWatchedToTheEnd() async throws {
+        guard Self.service() != nil else { return }
+        let run = try await offThePool { try Self.drain("service-group") }
+        #expect(run.outcome.started, "\(run.outcome.errors)")
+        #expect(run.handlerMs != nil, "the request in flight was answered during the drain")
+        #expect(run.outcome.exitCode == 0 && run.signal == nil, "exited by itself after the drain: \(run.outcome.errors)")
+        #expect(run.outcome.errors.contains("drained"))
+        let report = try #require(run.outcome.reports.first { $0.topFrame?.symbol.contains("Handlers.readLegacyFile") == true },
+                                  "\(run.outcome.reports.map { ($0.topFrame?.symbol ?? "-", $0.durationMs, $0.ongoing) })")
+        #expect(!report.ongoing, "the stall ended while the monitor watched")
+        #expect(report.durationMs >= 1_495, "the full 1.5 s: \(report.durationMs) ms")
+    }
+
+    @Test("the wiring the README once had (monitor listed last): stopped first, the stall cut short as ongoing")
+    func theMonitorListedLastIsStoppedFirst() async throws {
+        guard Self.service() != nil else { return }
+        let run = try await offThePool { try Self.drain("service-group-last") }
+        #expect(run.outcome.started, "\(run.outcome.errors)")
+        let report = try #require(run.outcome.reports.first { $0.topFrame?.symbol.contains("Handlers.readLegacyFile") == true },
+                                  "\(run.outcome.reports.map { ($0.topFrame?.symbol ?? "-", $0.durationMs, $0.ongoing) })")
+        #expect(report.ongoing, "written as ongoing when the monitor stopped, before the drain ended")
+        #expect(report.durationMs < 1_000, "\(report.durationMs) ms")
     }
 
     @Test("the README's Hummingbird middleware is the one this service compiles, verbatim")
