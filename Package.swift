@@ -52,6 +52,7 @@ let package = Package(
         ),
         .target(
             name: "CStallmonCapture",
+            exclude: ["DESIGN.md"],
             cSettings: [.define("_GNU_SOURCE")],
             linkerSettings: [.linkedLibrary("unwind")]
         ),
