@@ -1,4 +1,5 @@
-// `stallmon upload --daemon` must exit 0 on SIGTERM at any moment, also while it is still starting: the shared
+// `stallmon upload --daemon` (and `stallmon demo`, whose loop stops on them) must exit 0 on SIGTERM at any moment,
+// also while it is still starting: the shared
 // libraries' initializers (Foundation, ICU, the Swift runtime), argument parsing and the configuration take ~10 ms,
 // during which the default action of SIGTERM would kill it. A function in the executable's .preinit_array runs
 // before all of them (glibc runs it before any shared object's initializer): it blocks the two signals for the whole
@@ -17,12 +18,13 @@ static int g_stop_signals_blocked;
 // NOT async-signal-safe; runs once, before any initializer, on the only thread.
 static void block_stop_signals_for_the_daemon(int argc, char **argv, char **envp) {
     (void)envp;
-    int upload = 0, daemon = 0;
+    int upload = 0, daemon = 0, demo = 0;
     for (int i = 1; i < argc && argv[i] != NULL; i++) {
         if (strcmp(argv[i], "upload") == 0) upload = 1;
         if (strcmp(argv[i], "--daemon") == 0) daemon = 1;
+        if (i == 1 && strcmp(argv[i], "demo") == 0) demo = 1;  // its loop takes them through a signalfd
     }
-    if (!upload || !daemon) return;
+    if (!(upload && daemon) && !demo) return;
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);

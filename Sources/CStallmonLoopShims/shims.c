@@ -9,7 +9,9 @@
 #include <string.h>
 #include <stdint.h>
 #include <sys/epoll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -137,4 +139,30 @@ void *cstallmon_loop_current(void) {
 
 void cstallmon_loop_set_current(void *loop) {
     current_loop = loop;
+}
+
+int cstallmon_signalfd_open(const int *signals, int count) {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int index = 0; index < count; index++) {
+        if (sigaddset(&set, signals[index]) != 0) return -1;
+    }
+    int error = pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (error != 0) {
+        errno = error;
+        return -1;
+    }
+    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+int cstallmon_signalfd_take(int fd) {
+    struct signalfd_siginfo info;
+    for (;;) {
+        ssize_t got = read(fd, &info, sizeof info);
+        if (got == (ssize_t)sizeof info) return (int)info.ssi_signo;
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (got >= 0) errno = EIO;
+        return -1;
+    }
 }

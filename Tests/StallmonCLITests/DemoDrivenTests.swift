@@ -206,6 +206,42 @@ extension DemoDrivenTests {
         }
     }
 
+    /// The README's Looper example stops on SIGTERM through the loop (`addSignalHandler`), as the demo does: a
+    /// SIGTERM in the middle of a stall ends the loop after the stall, and the monitor, stopped after the loop,
+    /// writes it whole (issue 27, item 1).
+    @Suite("demo: SIGTERM during a stall", .serialized)
+    struct Termination {
+        @Test("SIGTERM 0.6 s into a 1.5 s stall: exit 0, the stall's final report with its full duration")
+        func sigtermDuringAStall() async throws {
+            try await withTemporaryDirectory { temporary in
+                let directory = temporary.path("reports")
+                // A 600 ms threshold makes the demo's stalls 1.5 s long; stall.begin is logged at the crossing.
+                let demo = try RunningCLI(["demo", "--seconds", "30", "--stalls", "cpu", "--threshold-ms", "600",
+                                           "--report-dir", directory], workingDirectory: temporary.url)
+                defer { demo.cleanUp() }
+                let log = directory + "/events.jsonl"
+                var began = false
+                for _ in 0..<400 where !began {
+                    began = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("\"stall.begin\"")
+                    if !began { try await Task.sleep(for: .milliseconds(50)) }
+                }
+                try #require(began, "no stall began: \(demo.result(timedOut: false))")
+                #expect(kill(demo.process.processIdentifier, SIGTERM) == 0)
+                let finished = await demo.waitForExit(timeout: .seconds(20))
+                let result = demo.result(timedOut: !finished)
+                try #require(finished, "\(result)")
+                #expect(!result.signaled && result.status == 0, "stopped on request, not killed: \(result)")
+                #expect(result.stdout.contains("signal 15, stopping"), "\(result)")
+                let reports = try ReportReader.scan(directory: directory).reports.map(\.report)
+                #expect(reports.count == 1, "\(reports.map { ($0.durationMs, $0.ongoing) })")
+                let report = try #require(reports.first)
+                #expect(!report.ongoing, "the stall ended before the monitor stopped")
+                #expect(report.durationMs >= 1_490, "the whole stall: \(report.durationMs) ms")
+                #expect(report.topFrame?.symbol.contains("crunchPrimes") == true)
+            }
+        }
+    }
+
     /// The signature names a kind of stall, not one process: the same across runs and address layouts.
     @Suite("demo: signatures are stable across runs", .serialized)
     struct SignatureStability {

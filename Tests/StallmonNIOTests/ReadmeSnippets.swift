@@ -15,9 +15,13 @@ func readmeNIOSnippet0() throws {
 let configuration = try StallMonitorConfiguration.load(file: "/etc/myservice/stallmon.conf")
 let monitor = try NIOStallMonitor(group: MultiThreadedEventLoopGroup.singleton, configuration: configuration,
                                   logger: Logger(label: "myservice.stallmon"))
-// In a ServiceGroup, after your application's services (a group stops services in reverse order, so the monitor
-// still watches while the application drains); or call monitor.start() and monitor.stop() yourself.
-let services = ServiceGroup(services: [/* app, */ StallMonitorService(monitor)], logger: Logger(label: "myservice"))
+// In a ServiceGroup: the application's services run inside StallMonitorService, which stops the monitor only after
+// they all returned, so a stall while they drain is watched to its end. SIGTERM and SIGINT shut the group down
+// gracefully (without gracefulShutdownSignals, SIGTERM kills the process: no drain, no report). Or call
+// monitor.start() and monitor.stop() yourself.
+let application: [any Service] = [/* app */]
+let services = ServiceGroup(services: [StallMonitorService(monitor, watching: application)],
+                            gracefulShutdownSignals: [.sigterm, .sigint], logger: Logger(label: "myservice"))
 _ = services
 }
 
@@ -35,9 +39,11 @@ try group.syncShutdownGracefully()
 func readmeNIOSnippet2() throws {
 
 // With swift-service-lifecycle: StallMonitorService runs it like any other monitor. With Hummingbird 2 or Vapor 4,
-// watch both the event loops (NIOStallMonitor, above) and the async code.
+// watch both the event loops and the async code: StallMonitorService([nioMonitor, monitor], watching: application).
 let monitor = try ConcurrencyStallMonitor(configuration: .init(threshold: .milliseconds(100)),
                                           logger: Logger(label: "myservice.stallmon"))
-let services = ServiceGroup(services: [/* app, */ StallMonitorService(monitor)], logger: Logger(label: "myservice"))
+let application: [any Service] = [/* app */]
+let services = ServiceGroup(services: [StallMonitorService(monitor, watching: application)],
+                            gracefulShutdownSignals: [.sigterm, .sigint], logger: Logger(label: "myservice"))
 _ = services
 }

@@ -53,6 +53,15 @@ int cstallmon_eventfd_drain(int fd);
 /// Async-signal-safe.
 int cstallmon_wait_readable(int fd, int64_t timeout_ns);
 
+/// Blocks `signals` (`count` of them) in the calling thread (threads it creates later inherit that) and returns a
+/// non-blocking, close-on-exec signalfd that becomes readable when one of them is pending for the process; -1 with
+/// errno. Async-signal-safe (system calls only) but meant for start-up.
+int cstallmon_signalfd_open(const int *signals, int count);
+
+/// Takes one pending signal from a signalfd: its number, 0 when none is pending, -1 with errno on error.
+/// Async-signal-safe (one read).
+int cstallmon_signalfd_take(int fd);
+
 /// Names the calling thread (at most 15 bytes are kept). NOT async-signal-safe.
 void cstallmon_set_thread_name(const char *name);
 

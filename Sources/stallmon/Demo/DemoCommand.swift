@@ -68,6 +68,12 @@ struct DemoCommand: ParsableCommand {
         var logger = Logger(label: "stallmon.demo")
         logger.logLevel = .notice
         let loop = try Looper(name: "demo-main")
+        // SIGTERM or SIGINT stop the loop, then the monitors: a stall in progress ends first and is reported whole
+        // (the CLI blocked both before any thread started, so only this signalfd sees them).
+        try loop.addSignalHandler(for: [SIGTERM, SIGINT]) { signal in
+            print("stallmon demo: signal \(signal), stopping")
+            loop.stop()
+        }
         let monitor: StallMonitor
         let asyncMonitor: ConcurrencyStallMonitor?
         do {
