@@ -242,6 +242,97 @@ extension DemoDrivenTests {
         }
     }
 
+    /// `hang_action = abort` (issue 27, item 3): a loop that never comes back ends the process by SIGABRT once its
+    /// stall lasts `hang_abort_after_ms`, its report durable first; never for a frozen process; off by default.
+    @Suite("demo: hang_action = abort", .serialized)
+    struct HangAbort {
+        /// No core file from the test's SIGABRTs, and no Swift backtracer run (~1 s) before the process ends.
+        static func environment(_ settings: [String: String]) -> [String: String] {
+            var limit = rlimit(rlim_cur: 0, rlim_max: 0)
+            getrlimit(Int32(RLIMIT_CORE.rawValue), &limit)
+            limit.rlim_cur = 0
+            setrlimit(Int32(RLIMIT_CORE.rawValue), &limit)
+            return settings.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }
+        }
+
+        static func events(_ directory: String) -> [StallEvent] {
+            let log = (try? String(contentsOfFile: directory + "/events.jsonl", encoding: .utf8)) ?? ""
+            return log.split(separator: "\n").compactMap { try? JSONDecoder().decode(StallEvent.self, from: Data($0.utf8)) }
+        }
+
+        @Test("a loop that hangs for good: SIGABRT within 5 % of hang_abort_after_ms, the report written first")
+        func aHungLoopEndsTheProcessAfterItsReport() async throws {
+            try await withTemporaryDirectory { temporary in
+                let directory = temporary.path("reports")
+                let demo = try RunningCLI(["demo", "--seconds", "30", "--stalls", "hang", "--report-dir", directory],
+                                          environment: Self.environment(["STALLMON_HANG_ACTION": "abort",
+                                                                         "STALLMON_HANG_ABORT_AFTER_MS": "1500"]),
+                                          workingDirectory: temporary.url)
+                defer { demo.cleanUp() }
+                let finished = await demo.waitForExit(timeout: .seconds(20))
+                let result = demo.result(timedOut: !finished)
+                try #require(finished, "\(result)")
+                #expect(result.signaled && result.status == SIGABRT, "ended by SIGABRT: \(result)")
+                let reports = try ReportReader.scan(directory: directory).reports.map(\.report)
+                let report = try #require(reports.first, "the report is on disk: \(result)")
+                #expect(reports.count == 1)
+                #expect(report.hang == StallReport.Hang(action: "abort", afterMs: 1500))
+                #expect(report.ongoing, "the stall never ended")
+                #expect(report.durationMs >= 1500 && report.durationMs <= 1575, "within 5 %: \(report.durationMs) ms")
+                #expect(report.topFrame?.symbol.contains("crunchPrimes") == true)
+                let hang = Self.events(directory).filter { $0.event == "stall.hang" }
+                #expect(hang.count == 1 && hang.first?.action == "abort" && hang.first?.report != nil, "\(hang)")
+            }
+        }
+
+        @Test("a frozen process (SIGSTOP longer than hang_abort_after_ms) is never aborted")
+        func aFrozenProcessIsNotAborted() async throws {
+            try await withTemporaryDirectory { temporary in
+                let directory = temporary.path("reports")
+                let demo = try RunningCLI(["demo", "--seconds", "4", "--stalls", "none", "--busy-ms", "30",
+                                           "--report-dir", directory],
+                                          environment: Self.environment(["STALLMON_HANG_ACTION": "abort",
+                                                                         "STALLMON_HANG_ABORT_AFTER_MS": "1000"]),
+                                          workingDirectory: temporary.url)
+                defer { demo.cleanUp() }
+                let pid = demo.process.processIdentifier
+                try await Task.sleep(for: .milliseconds(1000))
+                try #require(demo.process.isRunning, "\(demo.result(timedOut: false))")
+                #expect(kill(pid, SIGSTOP) == 0)
+                try await Task.sleep(for: .milliseconds(1800))
+                #expect(kill(pid, SIGCONT) == 0)
+                let finished = await demo.waitForExit(timeout: .seconds(30))
+                let result = demo.result(timedOut: !finished)
+                try #require(finished, "\(result)")
+                #expect(!result.signaled && result.status == 0, "ran to its end: \(result)")
+                #expect(!Self.events(directory).contains { $0.event == "stall.hang" })
+                #expect(Self.events(directory).contains { $0.event == "process.frozen" })
+            }
+        }
+
+        @Test("off by default: a hung loop is reported, never aborted")
+        func offByDefault() async throws {
+            #expect(StallMonitorConfiguration().hangAction == .none)
+            try await withTemporaryDirectory { temporary in
+                let directory = temporary.path("reports")
+                let demo = try RunningCLI(["demo", "--seconds", "30", "--stalls", "hang", "--report-dir", directory,
+                                           "--threshold-ms", "100"],
+                                          environment: Self.environment(["STALLMON_INTERIM_AFTER_MS": "500"]),
+                                          workingDirectory: temporary.url)
+                defer { demo.cleanUp() }
+                var interim = false
+                for _ in 0..<100 where !interim {
+                    try await Task.sleep(for: .milliseconds(50))
+                    interim = Self.events(directory).contains { $0.event == "stall.interim" }
+                }
+                try await Task.sleep(for: .milliseconds(1500))
+                #expect(interim, "the hang is reported (interim)")
+                #expect(demo.process.isRunning, "still running: \(demo.result(timedOut: false))")
+                #expect(!Self.events(directory).contains { $0.event == "stall.hang" })
+            }
+        }
+    }
+
     /// The signature names a kind of stall, not one process: the same across runs and address layouts.
     @Suite("demo: signatures are stable across runs", .serialized)
     struct SignatureStability {

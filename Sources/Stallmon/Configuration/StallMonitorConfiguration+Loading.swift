@@ -6,7 +6,8 @@ extension StallMonitorConfiguration {
         "threshold_ms", "sample_interval_ms", "max_samples", "max_frames", "interim_after_ms", "capture_timeout_ms",
         "signal", "report_dir", "event_log", "event_log_max_bytes", "event_log_max_files",
         "max_reports_per_signature_per_hour", "report_max_count", "report_max_bytes", "report_max_age_hours",
-        "in_app_include", "in_app_exclude", "loop_stats_interval_s", "lock_holder_stacks", "spool", "upload_endpoint", "upload_format",
+        "in_app_include", "in_app_exclude", "loop_stats_interval_s", "lock_holder_stacks", "hang_action",
+        "hang_abort_after_ms", "systemd_watchdog", "systemd_hang_after_ms", "spool", "upload_endpoint", "upload_format",
         "upload_token", "upload_token_file", "upload_headers",
         "service_name", "upload_batch_max_reports", "upload_batch_max_age_ms", "upload_max_body_bytes",
         "upload_timeout_ms", "upload_backoff_ms", "upload_backoff_max_ms", "upload_retry_after_max_ms",
@@ -219,6 +220,18 @@ extension StallMonitorConfiguration {
             case "off", "false", "no", "0": lockHolderStacks = false
             default: throw .invalid(key: key, value: value, reason: "expected on or off")
             }
+        case "hang_action":
+            guard let action = HangAction(rawValue: value.lowercased()) else {
+                throw .invalid(key: key, value: value, reason: "expected none or abort")
+            }
+            hangAction = action
+        case "hang_abort_after_ms": hangAbortAfter = try milliseconds()
+        case "systemd_watchdog":
+            guard let mode = SystemdWatchdogMode(rawValue: value.lowercased()) else {
+                throw .invalid(key: key, value: value, reason: "expected auto, on or off")
+            }
+            systemdWatchdog = mode
+        case "systemd_hang_after_ms": systemdHangAfter = try milliseconds()
         case "in_app_include": inApp.include = try InAppRules.parseModules(value, key: key)
         case "in_app_exclude": inApp.exclude = try InAppRules.parseModules(value, key: key)
         case "spool":

@@ -57,6 +57,19 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     public var lockHolderStacks: Bool
     /// Spooling and upload of reports (keys `spool`, `upload_*`, `spool_*`, `service_name`); off by default.
     public var upload: UploadConfiguration
+    /// What to do when a stall lasts `hangAbortAfter` (key `hang_action`): `.none` (default) or `.abort`: write the
+    /// report (durable) and the `stall.hang` event line, then end the process with SIGABRT, so a supervisor restarts
+    /// it and a core dump (where enabled) keeps the rest of the evidence. Never for a frozen process (SIGSTOP, a
+    /// container freeze): frozen time does not count.
+    public var hangAction: HangAction = .none
+    /// Key `hang_abort_after_ms`, default 60000 ms; longer than `threshold_ms`.
+    public var hangAbortAfter: Duration = .seconds(60)
+    /// systemd's watchdog fed from loop health (key `systemd_watchdog`): `.auto` (default) when `$NOTIFY_SOCKET` and
+    /// `$WATCHDOG_USEC` are set (`WatchdogSec=` in the unit), `.on` whenever `$NOTIFY_SOCKET` is, `.off` never.
+    public var systemdWatchdog: SystemdWatchdogMode = .auto
+    /// A stall this long stops the `WATCHDOG=1` pings (after its report is durable), so systemd restarts the
+    /// service once `WatchdogSec=` passes. Key `systemd_hang_after_ms`, default 10000 ms; longer than `threshold_ms`.
+    public var systemdHangAfter: Duration = .seconds(10)
 
     /// Creates a configuration; values not given take their defaults. Call `validate()` (the monitor does) to
     /// check them.
@@ -169,6 +182,14 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
             throw .invalid(key: "max_reports_per_signature_per_hour", value: "\(maxReportsPerSignaturePerHour)",
                            reason: "must be at least 1")
         }
+        guard hangAbortAfter > threshold else {
+            throw .invalid(key: "hang_abort_after_ms", value: "\(hangAbortAfter.milliseconds)",
+                           reason: "must be longer than threshold_ms (\(threshold.milliseconds))")
+        }
+        guard systemdHangAfter > threshold else {
+            throw .invalid(key: "systemd_hang_after_ms", value: "\(systemdHangAfter.milliseconds)",
+                           reason: "must be longer than threshold_ms (\(threshold.milliseconds))")
+        }
         _ = try signal.resolve()
         guard loopStatsInterval >= .zero && loopStatsInterval <= .seconds(86_400) else {
             throw .invalid(key: "loop_stats_interval_s", value: "\(loopStatsInterval)",
@@ -176,4 +197,22 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
         }
         try upload.validate()
     }
+}
+
+/// What a monitor does about a stall that lasts past `hang_abort_after_ms`.
+public enum HangAction: String, Sendable, Equatable, CaseIterable {
+    /// Nothing beyond the reports.
+    case none
+    /// Write the report, then end the process with SIGABRT.
+    case abort
+}
+
+/// When the monitors feed systemd's watchdog (`WATCHDOG=1` on `$NOTIFY_SOCKET`).
+public enum SystemdWatchdogMode: String, Sendable, Equatable, CaseIterable {
+    /// When systemd asked for it: `$NOTIFY_SOCKET` and `$WATCHDOG_USEC` set.
+    case auto
+    /// Whenever `$NOTIFY_SOCKET` is set (every second when `$WATCHDOG_USEC` is not).
+    case on
+    /// Never.
+    case off
 }

@@ -20,6 +20,8 @@ package final class LoopWatch: Sendable {
     private let watchdog: any WatchdogThread
     private let state = Mutex<(started: Bool, stopped: Bool)>((false, false))
     private let signalHeld = Atomic<Bool>(true)
+    /// This watch feeds systemd's watchdog (`SystemdNotifier`) between start and stop.
+    private let feedsSystemd = Atomic<Bool>(false)
 
     /// Validates `configuration`, takes the sampling signal and joins the pipeline of its report directory.
     /// `currentLabel` is read by the watchdog (the loop's label of the work in progress, 0 for none), and so is
@@ -124,6 +126,7 @@ package final class LoopWatch: Sendable {
         try? AtomicFile.createDirectory(configuration.reportDirectory)
         probe.monitoringSince.store(cstallmon_monotonic_ns(), ordering: .releasing)
         pipeline.startSinks(of: client)
+        feedsSystemd.store(SystemdNotifier.shared.retain(configuration, logger: client.logger), ordering: .relaxed)
         if !watchdog.start() {
             client.logger.error("stallmon: cannot start the watchdog thread; stalls will not be detected",
                                 metadata: ["loop": "\(name)"])
@@ -141,6 +144,7 @@ package final class LoopWatch: Sendable {
         }
         guard let started else { return }
         watchdog.stop()
+        if feedsSystemd.exchange(false, ordering: .relaxed) { SystemdNotifier.shared.release() }
         pipeline.leave(client, sinksStarted: started, sinkDeadline: .seconds(2))
         // Closed for good: a bind already running on the loop thread either lands before this and its slot is
         // released here, or sees the binding closed and releases its own.

@@ -14,6 +14,9 @@ final class ReportWriter: Sendable {
         case begin(StallSnapshot)
         case interim(StallSnapshot)
         case finish(StallSnapshot)
+        /// A stall past a hang limit, about to be acted on (`action`: `abort`, `watchdog`): written whatever the rate
+        /// limit says, with a `stall.hang` event line; the final report (if the stall ever ends) replaces it.
+        case hang(StallSnapshot, action: String, afterMs: Double)
         /// The whole process did not run for this long (SIGSTOP, debugger, VM pause): logged, never a stall.
         case frozen(loopName: String, nanoseconds: UInt64)
         /// A loop's every-iteration figures over a window: a `loop.stats` line.
@@ -211,6 +214,27 @@ final class ReportWriter: Sendable {
                 event.phase = report.phase
                 log(event, client: client, state: &state)
             }
+        case .hang(let snapshot, let action, let afterMs):
+            var report = build(snapshot, client: client, state: &state)
+            report.hang = StallReport.Hang(action: action, afterMs: afterMs)
+            // The evidence of a hang is always written; its final (if the stall ever ends) follows it.
+            if let decision = state.decided[snapshot.id] {
+                if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
+            }
+            state.decided[snapshot.id] = (true, 0)
+            HangRegistry.shared.noteTopFrame(id: snapshot.id, topFrame: report.topFrame?.displayName)
+            let path = persist(report, client: client, state: &state)
+            if path != nil { counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed) }
+            var event = baseEvent("stall.hang", snapshot)
+            event.action = action
+            event.durationMs = report.durationMs
+            event.topFrame = report.topFrame?.displayName
+            event.samples = report.samples.count
+            event.report = path
+            event.message = action == "abort"
+                ? "hung past hang_abort_after_ms (\(Int(afterMs)) ms): the process ends with SIGABRT"
+                : "hung past systemd_hang_after_ms (\(Int(afterMs)) ms): systemd's watchdog is no longer fed"
+            log(event, client: client, state: &state)
         case .frozen(let loopName, let nanoseconds):
             var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
                                    event: "process.frozen")

@@ -29,6 +29,8 @@ final class StallTracker {
     private struct Current {
         var snapshot: StallSnapshot
         var lastSeenBusy: UInt64
+        /// Its report was written at `systemd_hang_after_ms` and the registry told (systemd's watchdog starves).
+        var hungForSystemd = false
         /// This stall's own baseline: the shared one moves on as soon as the watchdog sees the next iteration busy,
         /// which, for back-to-back stalls, happens before this one is finished.
         var baseline: Baseline?
@@ -132,6 +134,7 @@ final class StallTracker {
                 }
                 current = Current(snapshot: snapshot, lastSeenBusy: now,
                                   baseline: baseline?.iteration == iteration ? baseline : nil)
+                HangRegistry.shared.began(id: snapshot.id, loop: loopName, since: since)
                 writer.submit(.begin(snapshot), from: client)
             case .sample:
                 if let capture = target.capture, current != nil {
@@ -168,17 +171,72 @@ final class StallTracker {
                 }
                 stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
                 writer.submit(.finish(snapshot), from: client)
+                HangRegistry.shared.ended(id: snapshot.id)
                 current = nil
                 holders.endStall()
             }
         }
         if case .busy = reading, current != nil { current?.lastSeenBusy = now }
-        return (wakeAt, waitedForACapture)
+        var wake = wakeAt
+        if current != nil, let next = actOnHang(now: now, target: target, freezes: freezes) { wake = min(wake, next) }
+        return (wake, waitedForACapture)
+    }
+
+    /// A stall past a hang limit: past `systemd_hang_after_ms` (when systemd's watchdog is fed), its report is made
+    /// durable and the registry told, so the pings stop; past `hang_abort_after_ms` with `hang_action = abort`, its
+    /// report and event line are made durable and the process ends with SIGABRT. Frozen time (SIGSTOP, a container
+    /// freeze) does not count. Returns when the next limit is due, if any.
+    private func actOnHang(now: UInt64, target: Target, freezes: FreezeTracker) -> UInt64? {
+        guard let stall = current else { return nil }
+        let configuration = client.configuration
+        let since = stall.snapshot.since
+        let frozen = freezes.overlap(start: since, end: now)
+        let stalledFor = now &- since &- min(frozen, now &- since)
+        var next: UInt64?
+        let systemdLimit = UInt64(configuration.systemdHangAfter.nanosecondsClamped)
+        if !stall.hungForSystemd, SystemdNotifier.shared.isFeeding {
+            if stalledFor >= systemdLimit {
+                writeHang(action: "watchdog", limit: configuration.systemdHangAfter, now: now, frozen: frozen,
+                          target: target)
+                HangRegistry.shared.markHung(id: stall.snapshot.id)
+                current?.hungForSystemd = true
+                client.logger.critical("stallmon: a loop hung; systemd's watchdog is no longer fed",
+                                       metadata: ["loop": "\(loopName)", "stalledMs": "\(stalledFor / 1_000_000)"])
+            } else {
+                next = now + (systemdLimit - stalledFor)
+            }
+        }
+        if configuration.hangAction == .abort {
+            let abortLimit = UInt64(configuration.hangAbortAfter.nanosecondsClamped)
+            if stalledFor >= abortLimit {
+                writeHang(action: "abort", limit: configuration.hangAbortAfter, now: now, frozen: frozen,
+                          target: target)
+                client.logger.critical("stallmon: a loop hung past hang_abort_after_ms; ending the process (SIGABRT)",
+                                       metadata: ["loop": "\(loopName)", "stalledMs": "\(stalledFor / 1_000_000)"])
+                abort()
+            }
+            let due = now + (abortLimit - stalledFor)
+            next = next.map { min($0, due) } ?? due
+        }
+        return next
+    }
+
+    /// Writes the stall's report as it stands, marked with what is done about the hang, and waits (up to 5 s) until
+    /// it and its event line are durable.
+    private func writeHang(action: String, limit: Duration, now: UInt64, frozen: UInt64, target: Target) {
+        guard var snapshot = current?.snapshot else { return }
+        snapshot.ongoing = true
+        snapshot.frozenNanoseconds = frozen
+        snapshot.durationNanoseconds = now &- snapshot.since &- min(frozen, now &- snapshot.since)
+        describeThread(&snapshot, baseline: current?.baseline, now: now, tid: target.tid)
+        writer.submit(.hang(snapshot, action: action, afterMs: Double(limit.nanosecondsClamped) / 1e6), from: client)
+        writer.flush(timeout: .seconds(5))
     }
 
     /// The watchdog stops mid-stall: the evidence is left as an ongoing report.
     func stopMidStall(now: UInt64, tid: Int32) {
         guard var snapshot = current?.snapshot else { return }
+        HangRegistry.shared.ended(id: snapshot.id)
         snapshot.durationNanoseconds = now - snapshot.since
         describeThread(&snapshot, baseline: current?.baseline, now: now, tid: tid)
         writer.submit(.interim(snapshot), from: client)

@@ -62,6 +62,8 @@ public struct StallEvent: Codable, Sendable, Equatable {
     public var longDelays: Int?
     /// `pool.stats`: the pool's worker threads alive at the window's end.
     public var workers: Int?
+    /// `stall.hang`: what was done about a hung loop (`abort`, `watchdog`), see `StallReport.Hang`.
+    public var action: String?
 
     enum CodingKeys: String, CodingKey {
         case time, event, id, loop, tid, thresholdMs, elapsedMs, durationMs, label, topFrame, samples, report, count
@@ -70,7 +72,7 @@ public struct StallEvent: Codable, Sendable, Equatable {
         case signature, suppressed, phase, mode, job
         case windowS, iterations, busyP50Ms, busyP90Ms, busyP99Ms, busyMaxMs, utilization
         case priority, jobs, runP50Ms, runP90Ms, runP99Ms, runMaxMs, delayP50Ms, delayP90Ms, delayP99Ms, delayMaxMs
-        case slowJobs, longDelays, workers
+        case slowJobs, longDelays, workers, action
     }
 
     public init(time: String, event: String) {

@@ -72,6 +72,23 @@ public struct StallReport: Codable, Sendable, Equatable {
     public var kind: String?
     /// For `kind: starvation`: how long jobs waited, and the culprits: the job each busy worker was running.
     public var starvation: Starvation?
+    /// Present when the stall lasted past a hang limit and stallmon acted on it: the report written then (still
+    /// `ongoing`), before the process was ended (`hang_action = abort`) or systemd's watchdog stopped being fed.
+    public var hang: Hang?
+
+    /// What stallmon did about a hung loop.
+    public struct Hang: Codable, Sendable, Equatable {
+        /// `abort`: the process was ended with SIGABRT (a core dump, where enabled) right after this report was
+        /// durable; `watchdog`: systemd's watchdog stopped being fed (`WATCHDOG=1`), so systemd restarts the service.
+        public var action: String
+        /// The limit the stall crossed, in ms (`hang_abort_after_ms`, or `systemd_hang_after_ms`).
+        public var afterMs: Double
+
+        public init(action: String, afterMs: Double) {
+            self.action = action
+            self.afterMs = afterMs
+        }
+    }
 
     /// Members every report has: a file without one of them is incomplete.
     static let requiredKeys = ["schema", "id", "ongoing", "process", "thread", "loop", "thresholdMs", "start",
@@ -82,7 +99,7 @@ public struct StallReport: Codable, Sendable, Equatable {
         case topFrame, captures, samples, frames, images
         case stallClass = "class"
         case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore, phase, mode
-        case waitingOn, job, kind, starvation
+        case waitingOn, job, kind, starvation, hang
     }
 
     /// A starved pool: who held every worker, and how long jobs waited for one.

@@ -163,16 +163,18 @@ final class DemoService: Sendable {
     /// The injected stalls, in rotation order.
     enum StallKind: String, CaseIterable {
         case cpu, sleep, read, lock, json, async
+        /// The loop never comes back (for `hang_action` and systemd's watchdog); not part of `all`.
+        case hang
 
         static func parse(_ text: String) throws -> [StallKind] {
             switch text.lowercased() {
-            case "all": return allCases
+            case "all": return allCases.filter { $0 != .hang }
             case "none", "": return []
             default:
                 return try text.split(separator: ",").map { name in
                     guard let kind = StallKind(rawValue: name.trimmingCharacters(in: .whitespaces).lowercased()) else {
                         throw ValidationError(
-                            "unknown stall kind \(name) (cpu, sleep, read, lock, json, async, all, none)")
+                            "unknown stall kind \(name) (cpu, sleep, read, lock, json, async, hang, all, none)")
                     }
                     return kind
                 }
@@ -240,6 +242,7 @@ final class DemoService: Sendable {
         case .lock: DemoStalls.waitForContendedLock(lock, milliseconds: stallLength)
         case .json: _ = DemoStalls.encodeLargeJSON(milliseconds: stallLength)
         case .async: DemoStalls.blockAWorkerInATask(milliseconds: stallLength)  // the loop goes on
+        case .hang: DemoStalls.hangForever()
         }
     }
 }

@@ -28,6 +28,12 @@ enum DemoStalls {
         return checksum
     }
 
+    /// The loop never comes back: CPU work that does not end (until the process does).
+    @inline(never)
+    static func hangForever() -> Never {
+        while true { _ = crunchPrimes(milliseconds: 1000) }
+    }
+
     /// CPU-bound: counts primes by trial division in chunks until `milliseconds` have passed.
     @inline(never)
     static func crunchPrimes(milliseconds: Int) -> Int {
