@@ -1,0 +1,166 @@
+import Foundation
+@testable import Stallmon
+import StallmonReport
+import StallmonTestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A real `AF_UNIX` datagram socket, as systemd's `$NOTIFY_SOCKET`: bound to a path, or to an abstract name (`@…`).
+final class NotifySocket: @unchecked Sendable {
+    let descriptor: Int32
+    /// The address to put in `$NOTIFY_SOCKET`.
+    let address: String
+
+    init(abstract: Bool) throws {
+        descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else { throw POSIXError(.EIO) }
+        let name = "stallmon-notify-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        address = abstract ? "@" + name : NSTemporaryDirectory() + name + ".sock"
+        var local = sockaddr_un()
+        local.sun_family = sa_family_t(AF_UNIX)
+        var path = Array(address.utf8)
+        if abstract { path[0] = 0 }
+        withUnsafeMutableBytes(of: &local.sun_path) { bytes in
+            for (index, byte) in path.enumerated() { bytes[index] = byte }
+        }
+        let length = socklen_t(MemoryLayout<sa_family_t>.size + path.count + (abstract ? 0 : 1))
+        let bound = withUnsafePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) }
+        }
+        guard bound == 0 else { throw POSIXError(.EADDRINUSE) }
+    }
+
+    deinit {
+        close(descriptor)
+        if address.hasPrefix("/") { unlink(address) }
+    }
+
+    /// The datagrams received within `timeout`, each with when it arrived (CLOCK_MONOTONIC ns).
+    func receive(for timeout: Duration) -> [(at: UInt64, text: String)] {
+        var received: [(UInt64, String)] = []
+        let end = ContinuousClock.now + timeout
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while ContinuousClock.now < end {
+            let left = end - ContinuousClock.now
+            var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            let milliseconds = Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000))
+            guard poll(&poller, 1, milliseconds) > 0 else { continue }
+            let count = recv(descriptor, &buffer, buffer.count, 0)
+            if count > 0 { received.append((cstallmon_monotonic_ns_for_tests(), String(decoding: buffer[..<count], as: UTF8.self))) }
+        }
+        return received
+    }
+}
+
+func cstallmon_monotonic_ns_for_tests() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+@Suite(.serialized)
+struct SystemdNotifierTests {
+    @Test func whatTheEnvironmentAndTheSettingDecide() {
+        let pid = getpid()
+        let socket = ["NOTIFY_SOCKET": "/run/systemd/notify"]
+        // Nothing without $NOTIFY_SOCKET, whatever the setting.
+        for mode in SystemdWatchdogMode.allCases where mode != .on {
+            #expect(SystemdNotifier.setup(mode: mode, environment: ["WATCHDOG_USEC": "2000000"], pid: pid).setup == nil)
+        }
+        #expect(SystemdNotifier.setup(mode: .on, environment: [:], pid: pid).warning?.contains("NOTIFY_SOCKET") == true)
+        // auto: only when systemd asked for a watchdog.
+        #expect(SystemdNotifier.setup(mode: .auto, environment: socket, pid: pid).setup == nil)
+        let asked = socket.merging(["WATCHDOG_USEC": "2000000"]) { $1 }
+        #expect(SystemdNotifier.setup(mode: .auto, environment: asked, pid: pid).setup
+                == .init(socket: "/run/systemd/notify", interval: .seconds(1)))
+        #expect(SystemdNotifier.setup(mode: .off, environment: asked, pid: pid).setup == nil)
+        #expect(SystemdNotifier.setup(mode: .on, environment: socket, pid: pid).setup?.interval == .seconds(1))
+        // Someone else's watchdog.
+        let other = asked.merging(["WATCHDOG_PID": String(pid + 1)]) { $1 }
+        #expect(SystemdNotifier.setup(mode: .auto, environment: other, pid: pid).setup == nil)
+        let ours = asked.merging(["WATCHDOG_PID": String(pid)]) { $1 }
+        #expect(SystemdNotifier.setup(mode: .auto, environment: ours, pid: pid).setup != nil)
+        // A bad $WATCHDOG_USEC: a clear warning, nothing sent, no crash.
+        for bad in ["", "abc", "-5", "10", "99999999999999999999999"] {
+            let (setup, warning) = SystemdNotifier.setup(mode: .auto, environment: socket.merging(["WATCHDOG_USEC": bad]) { $1 },
+                                                         pid: pid)
+            #expect(setup == nil && warning?.contains("WATCHDOG_USEC") == true, "\(bad): \(String(describing: warning))")
+        }
+        #expect(SystemdNotifier.setup(mode: .auto, environment: ["NOTIFY_SOCKET": "relative", "WATCHDOG_USEC": "2000000"],
+                                      pid: pid).warning != nil)
+    }
+
+    @Test(arguments: [false, true])
+    func aDatagramReachesAPathOrAnAbstractSocket(_ abstract: Bool) throws {
+        let socket = try NotifySocket(abstract: abstract)
+        #expect(SystemdNotifier.send("WATCHDOG=1", to: socket.address) == nil)
+        let received = socket.receive(for: .milliseconds(200))
+        #expect(received.map(\.text) == ["WATCHDOG=1"])
+        #expect(SystemdNotifier.send("WATCHDOG=1", to: "/nonexistent/notify.sock")?.contains("sendto") == true)
+    }
+}
+
+/// `stallmon demo` under a systemd-like environment: a real notify socket, `$WATCHDOG_USEC` of 200 ms (a ping every
+/// 100 ms), `systemd_hang_after_ms` of 1 s, and 1.5 s stalls: pings stop once a stall passes 1 s (its report durable
+/// first, with a `STATUS=` line naming the loop and the function), and resume when it ends.
+@Suite(.serialized)
+struct SystemdWatchdogEndToEndTests {
+    @Test func pingsStopWhileALoopIsHungAndResumeAfter() throws {
+        let notify = try NotifySocket(abstract: false)
+        let root = makeTemporaryDirectory("systemd-watchdog")
+        let reports = root + "/reports"
+        let child = try ChildProcess(
+            try StallmonExecutable.url().path,
+            ["demo", "--seconds", "30", "--stalls", "cpu", "--threshold-ms", "600", "--report-dir", reports],
+            environment: StallmonExecutable.environment([
+                "NOTIFY_SOCKET": notify.address, "WATCHDOG_USEC": "200000", "STALLMON_SYSTEMD_HANG_AFTER_MS": "1000",
+            ]), stdoutPath: root + "/out", stderrPath: root + "/err")
+        defer { child.kill() }
+        // Until the second stall has begun: the first (0.5 s → 2.0 s after start) hangs at 1.5 s and ends at 2.0 s.
+        var received: [(at: UInt64, text: String)] = []
+        var hangReportBeforeStatus: Bool?
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let end = ContinuousClock.now + .seconds(6)
+        while ContinuousClock.now < end {
+            var poller = pollfd(fd: notify.descriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 50) > 0 else { continue }
+            let count = recv(notify.descriptor, &buffer, buffer.count, 0)
+            guard count > 0 else { continue }
+            let text = String(decoding: buffer[..<count], as: UTF8.self)
+            received.append((cstallmon_monotonic_ns_for_tests(), text))
+            if text.hasPrefix("STATUS=loop"), hangReportBeforeStatus == nil {
+                // The report must be on disk before the pings stop.
+                let names = (try? FileManager.default.contentsOfDirectory(atPath: reports)) ?? []
+                hangReportBeforeStatus = names.contains { name in
+                    guard name.hasPrefix("stall-"), name.hasSuffix(".json"),
+                          let report = try? ReportReader.read(reports + "/" + name) else { return false }
+                    return report.hang?.action == "watchdog"
+                }
+            }
+            if received.filter({ $0.text.contains("STATUS=loops healthy") }).count >= 1,
+               received.last?.text == "WATCHDOG=1", received.suffix(3).allSatisfy({ $0.text == "WATCHDOG=1" }) { break }
+        }
+        let errors = (try? String(contentsOfFile: root + "/err", encoding: .utf8)) ?? ""
+        let texts = received.map(\.text)
+        #expect(texts.prefix(3).allSatisfy { $0 == "WATCHDOG=1" }, "pings while healthy: \(texts.prefix(5)) \(errors)")
+        let hung = try #require(received.firstIndex { $0.text.hasPrefix("STATUS=loop") }, "\(texts) \(errors)")
+        let status = received[hung].text
+        #expect(status.contains("loop demo-main stalled") && status.contains("crunchPrimes"), "\(status)")
+        #expect(hangReportBeforeStatus == true, "the hang's report was durable before the pings stopped")
+        let resumed = try #require(received.firstIndex { $0.text.contains("STATUS=loops healthy") }, "\(texts)")
+        #expect(resumed > hung)
+        #expect(received[resumed].text.hasPrefix("WATCHDOG=1"), "pings resume with the recovery")
+        // No ping between the hang and the recovery; the stall had 0.5 s left when it hung.
+        #expect(received[(hung + 1)..<resumed].allSatisfy { !$0.text.contains("WATCHDOG=1") }, "\(texts)")
+        let silence = Double(received[resumed].at - received[hung].at) / 1e6
+        #expect(silence >= 300, "silent until the stall ended: \(silence) ms")
+        // The last ping before the hang came within an interval (plus the hang's report) of the stall's 1 s mark.
+        if hung > 0 {
+            let lastPing = received[..<hung].last { $0.text == "WATCHDOG=1" }
+            #expect(lastPing != nil)
+        }
+    }
+}
