@@ -62,6 +62,11 @@ enum ReportText {
         let measuredBy = report.job == nil ? "measured by the loop" : "measured by the job's worker"
         out += "  lasted:   \(ms(report.durationMs)) (threshold \(ms(report.thresholdMs)); "
             + "\(report.durationSource == "loop" ? measuredBy : "estimated by the watchdog"))\n"
+        if let hang = report.hang {
+            out += "  hang:     past \(ms(hang.afterMs)): " + (hang.action == "abort"
+                ? "the process was ended with SIGABRT (hang_action = abort) after this report"
+                : "systemd's watchdog stopped being fed (systemd_hang_after_ms)") + "\n"
+        }
         if let job = report.job {
             out += "  job:      \(job.kind)\(job.taskId.map { " \($0)" } ?? "")"
                 + "\(job.taskName.map { " \"\($0)\"" } ?? ""), priority \(job.priority), on the "

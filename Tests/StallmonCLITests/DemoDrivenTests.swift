@@ -282,6 +282,9 @@ extension DemoDrivenTests {
                 #expect(report.topFrame?.symbol.contains("crunchPrimes") == true)
                 let hang = Self.events(directory).filter { $0.event == "stall.hang" }
                 #expect(hang.count == 1 && hang.first?.action == "abort" && hang.first?.report != nil, "\(hang)")
+                let path = try #require(hang.first?.report)
+                let shown = try await CLI.run(["show", path])
+                #expect(shown.stdout.contains("hang:     past 1.50 s: the process was ended with SIGABRT"), "\(shown)")
             }
         }
 

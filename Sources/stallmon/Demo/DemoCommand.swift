@@ -31,7 +31,7 @@ struct DemoCommand: ParsableCommand {
     @Option(help: "Stall threshold in milliseconds.")
     var thresholdMs: Double = 100
 
-    @Option(help: "Which stalls to inject, in rotation: all, none, or a comma list of cpu, sleep, read, lock, json, async.")
+    @Option(help: "Which stalls to inject, in rotation: all, none, or a comma list of cpu, sleep, read, lock, json, async, hang (a loop that never comes back; not in all).")
     var stalls: String = "all"
 
     @Option(help: "Keep the loop busy with back-to-back chunks of this many ms of CPU work (0: off): load that must not be reported.")
