@@ -144,7 +144,7 @@ let package = Package(
         // A child process of ConcurrencyStallMonitorTests: plain Swift Concurrency that stalls the global executor.
         .executableTarget(
             name: "stallmon-async-fixture",
-            dependencies: ["Stallmon", "CStallmonCapture", .product(name: "NIOCore", package: "swift-nio"),
+            dependencies: ["Stallmon", "StallmonLoop", "CStallmonCapture", .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "NIOPosix", package: "swift-nio")],
             path: "Tests/StallmonAsyncFixture"
         ),

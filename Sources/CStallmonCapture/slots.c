@@ -3,6 +3,7 @@
 #include "capture_state.h"
 
 #include <sys/mman.h>
+#include <sys/socket.h>
 
 #include <errno.h>
 #include <signal.h>
@@ -23,6 +24,13 @@ uint64_t cstallmon_realtime_ns(void) {
 }
 
 pid_t cstallmon_gettid(void) { return (pid_t)syscall(SYS_gettid); }
+
+int64_t cstallmon_socket_peer_uid(int fd) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -1;
+    return (int64_t)credentials.uid;
+}
 
 int cstallmon_sigrtmin(void) { return SIGRTMIN; }
 int cstallmon_sigrtmax(void) { return SIGRTMAX; }

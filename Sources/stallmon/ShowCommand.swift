@@ -54,6 +54,7 @@ struct ShowCommand: ParsableCommand {
 enum ReportText {
     static func render(_ report: StallReport, path: String) -> String {
         if let starvation = report.starvation { return renderStarvation(report, starvation, path: path) }
+        if let snapshot = report.snapshot { return renderSnapshot(report, snapshot, path: path) }
         var out = "Stall \(report.id)\(report.ongoing ? "  [ONGOING when written]" : "")\n"
         out += "  file:     \(path)\n"
         out += "  loop:     \(report.loop)  thread \(report.thread.tid) \"\(report.thread.name)\"  "
@@ -119,6 +120,40 @@ enum ReportText {
             return out + "\n  (no stack captured)\n"
         }
         out += frameLines(stack, report)
+        return out
+    }
+
+    /// A snapshot on demand: each loop, pool and busy worker, what it ran, and its stack sample.
+    private static func renderSnapshot(_ report: StallReport, _ snapshot: StallReport.Snapshot,
+                                       path: String) -> String {
+        var out = "Snapshot \(report.id)\n"
+        out += "  file:     \(path)\n"
+        out += "  process:  pid \(report.process.pid) on \(report.process.hostname), taken \(report.start.wall)\n"
+        if let unanswered = report.annotations?["unanswered"] {
+            out += "  missing:  \(unanswered) watchdog(s) did not answer in time\n"
+        }
+        for entry in snapshot.entries {
+            out += "\n  \(entry.kind) \(entry.name)"
+            if let thread = entry.thread { out += "  thread \(thread.tid) \"\(thread.name)\"" }
+            out += "\n    state:  \(entry.state)\(entry.busyMs.map { " for \(ms($0))" } ?? "")\n"
+            if let note = entry.note { out += "    pool:   \(note)\n" }
+            if let job = entry.job {
+                out += "    job:    \(job.kind)\(job.taskId.map { " \($0)" } ?? "")"
+                    + "\(job.taskName.map { " \"\($0)\"" } ?? ""), priority \(job.priority)\n"
+            }
+            if let label = entry.label, !label.isEmpty { out += "    running: \(label)\n" }
+            if let top = entry.topFrame { out += "    top:    \(top.displayName)\n" }
+            if let index = entry.sample, report.samples.indices.contains(index) {
+                let sample = report.samples[index]
+                if sample.status != .ok { out += "    stack:  \(sample.status.rawValue)\n"; continue }
+                out += "    stack:\n"
+                for frame in sample.frames.prefix(12) where report.frames.indices.contains(frame) {
+                    let described = report.frames[frame]
+                    out += "      \(described.inApp ? ">" : " ") \(described.symbol ?? described.address)\n"
+                }
+                if sample.frames.count > 12 { out += "        … \(sample.frames.count - 12) more\n" }
+            }
+        }
         return out
     }
 

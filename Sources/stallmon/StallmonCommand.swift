@@ -20,7 +20,7 @@ struct StallmonCommand: ParsableCommand {
     /// `upload` needs the package's `Upload` trait (on by default).
     private static var subcommands: [any ParsableCommand.Type] {
         var commands: [any ParsableCommand.Type] = [DemoCommand.self, ReportCommand.self, ShowCommand.self,
-                                                    TailCommand.self]
+                                                    TailCommand.self, SnapshotCommand.self]
         #if Upload
         commands.append(UploadCommand.self)
         #endif

@@ -11,6 +11,7 @@ import Glibc
 import NIOCore
 import NIOPosix
 import Stallmon
+import StallmonLoop
 import Synchronization
 
 let arguments = CommandLine.arguments
@@ -203,6 +204,40 @@ case "json":
     monitor.start()
     await Task.detached { measured("json") { _ = AsyncStalls.encodeLargeJSON(milliseconds: 4 * thresholdMs) } }.value
     try? await Task.sleep(for: .milliseconds(200))
+    monitor.stop()
+
+case "snapshot":
+    // For `stallmon snapshot`: an idle Looper, a Looper busy in one long block, and a pool worker blocked in a task;
+    // "ready" once all three are in place, then everything stays so until REPORT_DIR/../release exists or 20 s pass.
+    let monitor = makeMonitor()
+    monitor.start()
+    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs), reportDirectory: reportDirectory)
+    configuration.interimAfter = .seconds(60)
+    let idleLoop = try Looper(name: "idle-loop")
+    let busyLoop = try Looper(name: "busy-loop")
+    let loopMonitors = [try StallMonitor(loop: idleLoop, configuration: configuration),
+                        try StallMonitor(loop: busyLoop, configuration: configuration)]
+    for loopMonitor in loopMonitors { loopMonitor.start() }
+    for loop in [idleLoop, busyLoop] {
+        Thread.detachNewThread { loop.run(for: .seconds(25)) }
+    }
+    let release = Atomic<Bool>(false)
+    busyLoop.perform(label: "ledger.rebuild") {
+        while !release.load(ordering: .relaxed) { _ = AsyncStalls.spinCPU(milliseconds: 50) }
+    }
+    let releaseFile = reportDirectory + "/../release"
+    let blocked = Task.detached(name: "report renderer") {
+        await StallLabel.withValue("GET /report") {
+            for _ in 0..<400 where access(releaseFile, F_OK) != 0 { AsyncStalls.blockingSleep(milliseconds: 50) }
+        }
+    }
+    try? await Task.sleep(for: .milliseconds(300))
+    say("ready")
+    for _ in 0..<400 where access(releaseFile, F_OK) != 0 { usleep(50_000) }
+    release.store(true, ordering: .relaxed)
+    _ = await blocked.value
+    for loop in [idleLoop, busyLoop] { loop.stop() }
+    for loopMonitor in loopMonitors { loopMonitor.stop() }
     monitor.stop()
 
 case "pool-stats":

@@ -105,6 +105,10 @@ int cstallmon_image_table_contains(uintptr_t address);
 /// (process_vm_readv); never waits for a lock.
 int cstallmon_image_table_check(void);
 
+/// The effective user id of the process at the other end of a connected AF_UNIX socket (SO_PEERCRED), or -1 with
+/// errno. Async-signal-safe (one getsockopt).
+int64_t cstallmon_socket_peer_uid(int fd);
+
 /// SIGRTMIN and SIGRTMAX, which are functions in glibc and so invisible to Swift. Async-signal-safe.
 int cstallmon_sigrtmin(void);
 int cstallmon_sigrtmax(void);

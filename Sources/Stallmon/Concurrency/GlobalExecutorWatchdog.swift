@@ -70,6 +70,10 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         _ = poolStats.step(now: statisticsBaseline.at, readings: statisticsBaseline.readings, workers: [:])
         let poolClasses = poolClasses
         let starvation = StarvationWatch(poolName: poolName, client: client, writer: writer, lender: lender)
+        let snapshots = SnapshotCoordinator.shared
+        var answeredSnapshot: UInt64 = 0
+        snapshots.join(ObjectIdentifier(self), runner: runner)
+        defer { snapshots.leave(ObjectIdentifier(self)) }
 
         while !runner.isStopping {
             let now = cstallmon_monotonic_ns()
@@ -121,6 +125,11 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                 waitedForACapture = waitedForACapture || waited
                 wakeAt = min(wakeAt, workerWake)
                 if !worker.tracker.isStalled { lender.giveBack(&worker.capturer) }
+            }
+            if let request = snapshots.pending(after: answeredSnapshot) {
+                answeredSnapshot = request
+                snapshots.contribute(ObjectIdentifier(self), generation: request,
+                                     parts: snapshotParts(views, workersAlive: workersAlive, lender: lender))
             }
             let starving = starvation.isStarving
             wakeAt = min(wakeAt, starvation.pass(now: now, workers: views) { view in
@@ -187,6 +196,41 @@ final class GlobalExecutorWatchdog: WatchdogThread {
             readings[poolClass] = reading
         }
         return readings
+    }
+
+    /// A snapshot on demand: each busy worker (its job, label and stack, through a borrowed slot, pinned while
+    /// signalled), then one line per pool. Idle workers are not signalled.
+    private func snapshotParts(_ views: [StarvationWatch.WorkerView], workersAlive: Int,
+                               lender: SlotLender) -> [SnapshotCoordinator.Part] {
+        var parts: [SnapshotCoordinator.Part] = []
+        var busyByPool: [String: Int] = [:]
+        var oldestByPool: [String: UInt64] = [:]
+        for view in views where view.probe.sequence & 1 == 1 {
+            let probe = view.probe
+            let name = probe.main_actor == 1 ? mainActorName : poolName
+            busyByPool[name, default: 0] += 1
+            oldestByPool[name] = min(oldestByPool[name] ?? .max, probe.job_since)
+            var part = SnapshotCoordinator.Part(name: name, kind: "worker", tid: view.tid, busySince: probe.job_since)
+            part.job = Self.job(of: probe, index: view.index)
+            part.labelText = Self.label(index: view.index, sequence: probe.sequence)
+            if cstallmon_worker_pin(view.index, view.generation) == 1 {
+                var capturer = lender.borrow(for: view.tid)
+                part.sample = capturer?.capture(labelID: 0)
+                lender.giveBack(&capturer)
+                cstallmon_worker_unpin(view.index)
+            }
+            parts.append(part)
+        }
+        for name in [poolName, mainActorName] where name == poolName || busyByPool[name] != nil {
+            let busy = busyByPool[name] ?? 0
+            var part = SnapshotCoordinator.Part(name: name, kind: "pool", tid: nil, busySince: oldestByPool[name])
+            part.note = name == poolName
+                ? "\(busy) of \(workersAlive) workers busy with its jobs"
+                    + (busyByPool[mainActorName].map { ", \($0) with the main actor's" } ?? "")
+                : "\(busy) main-actor job running"
+            parts.append(part)
+        }
+        return parts
     }
 
     /// The job a worker runs, as reports name it (its task's name read while it still runs).

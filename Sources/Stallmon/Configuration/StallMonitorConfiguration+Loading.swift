@@ -7,7 +7,7 @@ extension StallMonitorConfiguration {
         "signal", "report_dir", "event_log", "event_log_max_bytes", "event_log_max_files",
         "max_reports_per_signature_per_hour", "report_max_count", "report_max_bytes", "report_max_age_hours",
         "in_app_include", "in_app_exclude", "loop_stats_interval_s", "lock_holder_stacks", "hang_action",
-        "hang_abort_after_ms", "systemd_watchdog", "systemd_hang_after_ms", "spool", "upload_endpoint", "upload_format",
+        "hang_abort_after_ms", "systemd_watchdog", "systemd_hang_after_ms", "control_socket", "spool", "upload_endpoint", "upload_format",
         "upload_token", "upload_token_file", "upload_headers",
         "service_name", "upload_batch_max_reports", "upload_batch_max_age_ms", "upload_max_body_bytes",
         "upload_timeout_ms", "upload_backoff_ms", "upload_backoff_max_ms", "upload_retry_after_max_ms",
@@ -232,6 +232,12 @@ extension StallMonitorConfiguration {
             }
             systemdWatchdog = mode
         case "systemd_hang_after_ms": systemdHangAfter = try milliseconds()
+        case "control_socket":
+            switch value.lowercased() {
+            case "on", "true", "yes", "1": controlSocket = true
+            case "off", "false", "no", "0": controlSocket = false
+            default: throw .invalid(key: key, value: value, reason: "expected on or off")
+            }
         case "in_app_include": inApp.include = try InAppRules.parseModules(value, key: key)
         case "in_app_exclude": inApp.exclude = try InAppRules.parseModules(value, key: key)
         case "spool":

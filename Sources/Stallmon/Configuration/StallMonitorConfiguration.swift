@@ -70,6 +70,9 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     /// A stall this long stops the `WATCHDOG=1` pings (after its report is durable), so systemd restarts the
     /// service once `WatchdogSec=` passes. Key `systemd_hang_after_ms`, default 10000 ms; longer than `threshold_ms`.
     public var systemdHangAfter: Duration = .seconds(10)
+    /// A control socket in the report directory (`control-<pid>.sock`, 0600, the service's own user only) on which
+    /// `stallmon snapshot PID` asks for a snapshot of every monitored loop and pool. Key `control_socket`, default on.
+    public var controlSocket: Bool = true
 
     /// Creates a configuration; values not given take their defaults. Call `validate()` (the monitor does) to
     /// check them.

@@ -126,6 +126,7 @@ package final class LoopWatch: Sendable {
         try? AtomicFile.createDirectory(configuration.reportDirectory)
         probe.monitoringSince.store(cstallmon_monotonic_ns(), ordering: .releasing)
         pipeline.startSinks(of: client)
+        pipeline.startControlSocket(for: client)
         feedsSystemd.store(SystemdNotifier.shared.retain(configuration, logger: client.logger), ordering: .relaxed)
         if !watchdog.start() {
             client.logger.error("stallmon: cannot start the watchdog thread; stalls will not be detected",

@@ -13,6 +13,9 @@ final class ReportPipeline: Sendable {
     let directory: String
     let writer: ReportWriter
     private let members = Mutex<Members>(Members())
+    /// The directory's control socket (snapshots on demand), from the first started member that wants one until the
+    /// last member leaves.
+    private let control = Mutex<ControlSocket?>(nil)
 
     private struct Members {
         var clients = 0
@@ -66,6 +69,16 @@ final class ReportPipeline: Sendable {
         for sink in toStart { sink.start() }
     }
 
+    /// Opens the control socket for `client`'s report directory (which exists by now), unless one is open or its
+    /// configuration turned it off.
+    func startControlSocket(for client: ReportClient) {
+        guard client.configuration.controlSocket else { return }
+        control.withLock { control in
+            guard control == nil else { return }
+            control = ControlSocket.start(directory: directory, writer: writer, client: client)
+        }
+    }
+
     /// Leaves the pipeline: waits until everything `client` submitted is written, stops the sinks only it still
     /// used (each within `sinkDeadline`), and stops the writer if it was the last member.
     func leave(_ client: ReportClient, sinksStarted: Bool, sinkDeadline: Duration) {
@@ -96,6 +109,10 @@ final class ReportPipeline: Sendable {
             return remaining == 0
         }
         if last {
+            control.withLock { control in
+                control?.stop()
+                control = nil
+            }
             let left = Self.writerTimeout - (ContinuousClock.now - started)
             if !writer.stop(timeout: unwritten > 0 ? .zero : max(left, .milliseconds(100))) && unwritten == 0 {
                 client.logger.error("stallmon: the report writer did not finish in time and was left running",

@@ -17,6 +17,9 @@ final class ReportWriter: Sendable {
         /// A stall past a hang limit, about to be acted on (`action`: `abort`, `watchdog`): written whatever the rate
         /// limit says, with a `stall.hang` event line; the final report (if the stall ever ends) replaces it.
         case hang(StallSnapshot, action: String, afterMs: Double)
+        /// A snapshot on demand (`SnapshotCoordinator`'s parts): written as `snapshot-….json` (`kind: snapshot`),
+        /// never handed to sinks; `reply` gets its path or why it was not written.
+        case snapshot([SnapshotCoordinator.Part], missing: Int, reply: SnapshotReply)
         /// The whole process did not run for this long (SIGSTOP, debugger, VM pause): logged, never a stall.
         case frozen(loopName: String, nanoseconds: UInt64)
         /// A loop's every-iteration figures over a window: a `loop.stats` line.
@@ -235,6 +238,20 @@ final class ReportWriter: Sendable {
                 ? "hung past hang_abort_after_ms (\(Int(afterMs)) ms): the process ends with SIGABRT"
                 : "hung past systemd_hang_after_ms (\(Int(afterMs)) ms): systemd's watchdog is no longer fed"
             log(event, client: client, state: &state)
+        case .snapshot(let parts, let missing, let reply):
+            let report = Self.snapshotReport(parts, missing: missing,
+                                             builder: state.reportBuilder(for: client.configuration.inApp))
+            if let path = persist(report, client: client, state: &state, toSinks: false) {
+                var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
+                                       event: "snapshot")
+                event.report = path
+                event.count = report.snapshot?.entries.count
+                event.message = missing > 0 ? "\(missing) watchdog(s) did not answer in time" : nil
+                log(event, client: client, state: &state)
+                reply.finish(.success(path))
+            } else {
+                reply.finish(.failure("the report directory could not be written (see the service's log)"))
+            }
         case .frozen(let loopName, let nanoseconds):
             var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
                                    event: "process.frozen")
@@ -396,7 +413,8 @@ final class ReportWriter: Sendable {
 
     /// Writes the report (an interim one and its final replacement share a path). Returns the path, or nil after
     /// logging the failure once per change of state.
-    private func persist(_ report: StallReport, client: ReportClient, state: inout WriterState) -> String? {
+    private func persist(_ report: StallReport, client: ReportClient, state: inout WriterState,
+                         toSinks: Bool = true) -> String? {
         let path = state.reportPaths[report.id] ?? reportPath(for: report)
         do {
             let encoder = JSONEncoder()
@@ -406,6 +424,7 @@ final class ReportWriter: Sendable {
             // Sinks get the durable file before it is published: a report visible in the directory has always
             // reached every sink (e.g. the spool), even if the process dies between the two steps.
             try AtomicFile.write(bytes, to: path) { durable in
+                guard toSinks else { return }
                 handToSinks(WrittenStallReport(report: report, path: path, contentsPath: durable), client: client,
                             state: &state)
             }
@@ -509,7 +528,56 @@ final class ReportWriter: Sendable {
 
     private func reportPath(for report: StallReport) -> String {
         let stamp = report.start.wall.filter { $0 != "-" && $0 != ":" }
-        return "\(directory)/stall-\(stamp)-\(report.id.prefix(8)).json"
+        let prefix = report.kind == "snapshot" ? "snapshot" : "stall"
+        return "\(directory)/\(prefix)-\(stamp)-\(report.id.prefix(8)).json"
+    }
+
+    /// A snapshot's report: the parts' samples symbolicated as one stall's would be, each part pointing at its own.
+    private static func snapshotReport(_ parts: [SnapshotCoordinator.Part], missing: Int,
+                                       builder: ReportBuilder) -> StallReport {
+        let now = cstallmon_loop_monotonic_ns()
+        let wall = WallClock.nowNanoseconds()
+        var sampleOf: [Int: Int] = [:]
+        var samples: [RawSample] = []
+        for (index, part) in parts.enumerated() {
+            guard let sample = part.sample else { continue }
+            sampleOf[index] = samples.count
+            samples.append(sample)
+        }
+        let first = parts.first { $0.tid != nil }
+        let snapshot = StallSnapshot(
+            id: UUID().uuidString.lowercased(), loopName: "snapshot", threadID: first?.tid ?? 0,
+            thresholdNanoseconds: 0, since: now, sinceWall: wall, durationNanoseconds: 0, durationExact: false,
+            ongoing: false, elapsedAtDetection: 0, labelID: 0, samples: samples)
+        var report = builder.build(snapshot)
+        report.kind = "snapshot"
+        report.durationSource = "snapshot"
+        report.signature = nil
+        report.topFrame = nil
+        report.hottestStack = nil
+        report.callTree = nil
+        report.stallClass = nil
+        report.threadStats = nil
+        report.annotations = missing > 0 ? ["unanswered": "\(missing)"] : nil
+        let entries = parts.enumerated().map { index, part -> StallReport.Snapshot.Entry in
+            let sample = sampleOf[index]
+            var topFrame: StallReport.FrameSummary?
+            if let sample, report.samples.indices.contains(sample),
+               let frame = report.samples[sample].frames.first(where: { report.frames.indices.contains($0) && report.frames[$0].inApp }) {
+                let described = report.frames[frame]
+                topFrame = StallReport.FrameSummary(symbol: described.symbol ?? described.address,
+                                                    file: described.file, line: described.line)
+            }
+            let label = part.labelText ?? (part.labelID == 0 ? nil : LooperLabel(id: part.labelID).name)
+            return StallReport.Snapshot.Entry(
+                name: part.name, kind: part.kind,
+                thread: part.tid.map { StallReport.ThreadDescription(tid: $0, name: threadName(of: $0)) },
+                state: part.busySince == nil ? "idle" : "busy",
+                busyMs: part.busySince.map { Double(now &- min(now, $0)) / 1e6 }, label: label, job: part.job,
+                sample: sample, topFrame: topFrame, note: part.note)
+        }
+        report.snapshot = StallReport.Snapshot(entries: entries)
+        return report
     }
 
     private func log(_ event: StallEvent, client: ReportClient, state: inout WriterState) {
@@ -518,5 +586,27 @@ final class ReportWriter: Sendable {
         } catch {
             client.counters.eventsDropped.wrappingAdd(1, ordering: .relaxed)
         }
+    }
+}
+
+/// Where a snapshot's writer puts its outcome, for the control socket's thread that waits for it.
+final class SnapshotReply: Sendable {
+    enum Outcome: Sendable {
+        case success(String)
+        case failure(String)
+    }
+
+    private let outcome = Mutex<Outcome?>(nil)
+    private let done = DispatchSemaphore(value: 0)
+
+    func finish(_ result: Outcome) {
+        outcome.withLock { $0 = result }
+        done.signal()
+    }
+
+    /// Waits up to `timeout`; nil when the writer did not answer in time.
+    func wait(timeout: Duration) -> Outcome? {
+        guard done.wait(timeout: .now() + .nanoseconds(Int(timeout.nanosecondsClamped))) == .success else { return nil }
+        return outcome.withLock { $0 }
     }
 }

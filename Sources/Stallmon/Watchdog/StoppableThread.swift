@@ -26,6 +26,11 @@ final class StoppableThread: Sendable {
         wakeSignal.wait(until: deadline)
     }
 
+    /// Wakes the body before its deadline (it goes on running).
+    func wake() {
+        wakeSignal.wake()
+    }
+
     /// Asks the body to stop, wakes it and joins it.
     func stop() {
         stopping.store(true, ordering: .releasing)

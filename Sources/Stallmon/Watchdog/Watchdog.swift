@@ -83,10 +83,24 @@ final class Watchdog: WatchdogThread {
                                    stallCounter: stallCounter, stallDuration: stallDuration)
         var loopStats = LoopStatsReporter(loopName: loopName, lineInterval: configuration.loopStatsInterval)
         let probe = probe
+        let snapshots = SnapshotCoordinator.shared
+        var answeredSnapshot: UInt64 = 0
+        snapshots.join(ObjectIdentifier(self), runner: runner)
+        defer { snapshots.leave(ObjectIdentifier(self)) }
 
         while !runner.isStopping {
             let now = cstallmon_monotonic_ns()
             if let frozen = freezeWatch.passBegins(now: now) { reportFreeze(frozen) }
+            if let request = snapshots.pending(after: answeredSnapshot) {
+                // A snapshot on demand: what the loop does now, and its stack (also when idle: the loop thread
+                // retries the interrupted epoll_wait, as any signal makes it).
+                answeredSnapshot = request
+                var part = SnapshotCoordinator.Part(name: loopName, kind: "loop", tid: boundThread == 0 ? nil : boundThread)
+                if case .busy(_, let since) = probe.read() { part.busySince = since }
+                part.labelID = currentLabel()
+                part.sample = capturer?.capture(labelID: part.labelID)
+                snapshots.contribute(ObjectIdentifier(self), generation: request, parts: [part])
+            }
             guard let bound = binding.load() else {
                 freezeWatch.skipNextWake()
                 runner.wait(until: now + detectorConfiguration.idlePoll)

@@ -76,6 +76,58 @@ public struct StallReport: Codable, Sendable, Equatable {
     /// `ongoing`), before the process was ended (`hang_action = abort`) or systemd's watchdog stopped being fed.
     public var hang: Hang?
 
+    /// For `kind: snapshot` (a snapshot asked for with `stallmon snapshot PID`): every monitored loop and pool of the
+    /// process at that moment.
+    public var snapshot: Snapshot?
+
+    /// A running process's monitored loops and pools, as one request saw them.
+    public struct Snapshot: Codable, Sendable, Equatable {
+        /// One loop, one busy pool worker, or one pool.
+        public struct Entry: Codable, Sendable, Equatable {
+            /// The loop's name, or the pool's (`swift-global-executor`, `main-actor`).
+            public var name: String
+            /// `loop`, `worker` (a pool worker running a job), or `pool` (its summary line).
+            public var kind: String
+            /// The thread (absent for a pool).
+            public var thread: ThreadDescription?
+            /// `busy` (running an iteration or a job) or `idle`.
+            public var state: String
+            /// How long the current iteration or job has been running (busy only).
+            public var busyMs: Double?
+            /// What it runs: a `Looper` label, or the task's `StallLabel`.
+            public var label: String?
+            /// For a worker: its job.
+            public var job: Job?
+            /// Index into the report's `samples`: its stack sample, if one was taken.
+            public var sample: Int?
+            /// The innermost in-app frame of that sample.
+            public var topFrame: FrameSummary?
+            /// For a pool: what its workers do (`2 of 4 workers busy`).
+            public var note: String?
+
+            public init(name: String, kind: String, thread: ThreadDescription?, state: String, busyMs: Double? = nil,
+                        label: String? = nil, job: Job? = nil, sample: Int? = nil, topFrame: FrameSummary? = nil,
+                        note: String? = nil) {
+                self.name = name
+                self.kind = kind
+                self.thread = thread
+                self.state = state
+                self.busyMs = busyMs
+                self.label = label
+                self.job = job
+                self.sample = sample
+                self.topFrame = topFrame
+                self.note = note
+            }
+        }
+
+        public var entries: [Entry]
+
+        public init(entries: [Entry]) {
+            self.entries = entries
+        }
+    }
+
     /// What stallmon did about a hung loop.
     public struct Hang: Codable, Sendable, Equatable {
         /// `abort`: the process was ended with SIGABRT (a core dump, where enabled) right after this report was
@@ -99,7 +151,7 @@ public struct StallReport: Codable, Sendable, Equatable {
         case topFrame, captures, samples, frames, images
         case stallClass = "class"
         case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore, phase, mode
-        case waitingOn, job, kind, starvation, hang
+        case waitingOn, job, kind, starvation, hang, snapshot
     }
 
     /// A starved pool: who held every worker, and how long jobs waited for one.

@@ -1,0 +1,137 @@
+import CStallmonCapture
+import Foundation
+import Logging
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The control socket of a report directory: `<report_dir>/control-<pid>.sock`, an `AF_UNIX` stream socket on which
+/// `stallmon snapshot PID` asks a running service for a snapshot of every monitored loop and pool, written as a
+/// report (`kind: snapshot`). Only the service's own user may ask: the directory is 0700, the socket 0600, and the
+/// peer's uid (SO_PEERCRED) must be the service's effective uid. One request at a time; a second waits its turn.
+/// Its thread (`stallmon-control`) never touches a loop thread.
+final class ControlSocket: Sendable {
+    /// The socket's path for process `pid` in `directory`.
+    static func path(directory: String, pid: Int32) -> String {
+        (directory.hasSuffix("/") ? directory : directory + "/") + "control-\(pid).sock"
+    }
+
+    /// The one request, and the reply's first word.
+    static let snapshotRequest = "snapshot"
+
+    let path: String
+    private let listener: Int32
+    private let runner = StoppableThread()
+    private let stopping = Atomic<Bool>(false)
+
+    /// Binds the socket in `directory` (which must exist, owned and 0700) and starts serving; nil (logged) when it
+    /// cannot.
+    static func start(directory: String, writer: ReportWriter, client: ReportClient) -> ControlSocket? {
+        let path = path(directory: directory, pid: getpid())
+        let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else {
+            client.logger.warning("stallmon: no control socket (snapshots on demand): \(String(cString: strerror(errno)))")
+            return nil
+        }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            close(descriptor)
+            client.logger.warning("stallmon: no control socket (snapshots on demand): the path \(path) is too long")
+            return nil
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in bytes.enumerated() { raw[index] = byte }
+        }
+        unlink(path)  // a socket left by an earlier process of this pid (pids are reused)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard bound == 0, chmod(path, 0o600) == 0, listen(descriptor, 8) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(descriptor)
+            unlink(path)
+            client.logger.warning("stallmon: no control socket (snapshots on demand)",
+                                  metadata: ["path": "\(path)", "error": "\(reason)"])
+            return nil
+        }
+        let control = ControlSocket(path: path, listener: descriptor)
+        guard control.runner.start(name: "stallmon-control", { control.serve(writer: writer, client: client) }) else {
+            close(descriptor)
+            unlink(path)
+            return nil
+        }
+        return control
+    }
+
+    private init(path: String, listener: Int32) {
+        self.path = path
+        self.listener = listener
+    }
+
+    /// Stops serving and removes the socket.
+    func stop() {
+        stopping.store(true, ordering: .releasing)
+        // Wakes the thread blocked in accept (which then fails): no polling while idle.
+        shutdown(listener, Int32(SHUT_RDWR))
+        runner.stop()
+        close(listener)
+        unlink(path)
+    }
+
+    private func serve(writer: ReportWriter, client: ReportClient) {
+        while !stopping.load(ordering: .acquiring) {
+            let connection = accept(listener, nil, nil)
+            guard connection >= 0 else {
+                if errno == EINTR || stopping.load(ordering: .acquiring) { continue }
+                runner.wait(until: cstallmon_monotonic_ns() + 100_000_000)  // e.g. EMFILE: try again shortly
+                continue
+            }
+            _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
+            answer(connection, writer: writer, client: client)
+            close(connection)
+        }
+    }
+
+    private func answer(_ connection: Int32, writer: ReportWriter, client: ReportClient) {
+        var timeout = timeval(tv_sec: 2, tv_usec: 0)
+        setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let peer = cstallmon_socket_peer_uid(connection)
+        guard peer == Int64(geteuid()) else {
+            reply(connection, "error refused: the request came from uid \(peer), not this service's (uid \(geteuid()))")
+            client.logger.warning("stallmon: refused a snapshot request from another user",
+                                  metadata: ["uid": "\(peer)"])
+            return
+        }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let count = recv(connection, &buffer, buffer.count, 0)
+        let request = count > 0 ? String(decoding: buffer[..<count], as: UTF8.self)
+            .trimmingCharacters(in: .whitespacesAndNewlines) : ""
+        guard request == Self.snapshotRequest else {
+            reply(connection, "error unknown request (expected \(Self.snapshotRequest))")
+            return
+        }
+        let (parts, missing) = SnapshotCoordinator.shared.collect(timeout: .seconds(2))
+        let outcome = SnapshotReply()
+        guard writer.submit(.snapshot(parts, missing: missing, reply: outcome), from: client) else {
+            reply(connection, "error the report writer's queue is full")
+            return
+        }
+        switch outcome.wait(timeout: .seconds(10)) {
+        case .success(let path): reply(connection, "ok \(path)")
+        case .failure(let reason): reply(connection, "error \(reason)")
+        case nil: reply(connection, "error the report writer did not answer within 10 s")
+        }
+    }
+
+    private func reply(_ connection: Int32, _ line: String) {
+        let bytes = Array((line + "\n").utf8)
+        _ = send(connection, bytes, bytes.count, Int32(MSG_NOSIGNAL))
+    }
+}

@@ -1,0 +1,97 @@
+import CStallmonCapture
+import Foundation
+import StallmonReport
+import Synchronization
+
+/// A snapshot on demand: every running watchdog (each loop's, each pool's) contributes what its loop or pool is doing
+/// and a stack sample, on its own thread with its own capture slots, at its next pass (each is woken at once). The
+/// control socket's thread (`ControlSocket`) asks, waits for them (bounded), and hands the parts to the report writer.
+final class SnapshotCoordinator: Sendable {
+    static let shared = SnapshotCoordinator()
+
+    /// One loop, worker or pool, as its watchdog saw it.
+    struct Part: Sendable {
+        var name: String
+        var kind: String
+        var tid: Int32?
+        /// CLOCK_MONOTONIC ns the current iteration or job began; nil when idle.
+        var busySince: UInt64?
+        /// A `Looper` label id (0: none), or the label's text.
+        var labelID: UInt32 = 0
+        var labelText: String?
+        var job: StallReport.Job?
+        var sample: RawSample?
+        var note: String?
+    }
+
+    private struct State {
+        var participants: [ObjectIdentifier: StoppableThread] = [:]
+        var expected: Set<ObjectIdentifier> = []
+        var parts: [Part] = []
+        var collecting = false
+    }
+
+    private let state = Mutex<State>(State())
+    /// The request being answered (0: none yet); watchdogs compare it with the last they answered, once per pass.
+    private let requested = Atomic<UInt64>(0)
+    private let progress = NSCondition()
+
+    /// A watchdog that will answer requests (from its start until `leave`).
+    func join(_ identity: ObjectIdentifier, runner: StoppableThread) {
+        state.withLock { _ = $0.participants.updateValue(runner, forKey: identity) }
+    }
+
+    func leave(_ identity: ObjectIdentifier) {
+        state.withLock { state in
+            state.participants[identity] = nil
+            state.expected.remove(identity)
+        }
+        signalProgress()
+    }
+
+    /// On a watchdog's pass: the request to answer, if one came since `answered`.
+    func pending(after answered: UInt64) -> UInt64? {
+        let current = requested.load(ordering: .acquiring)
+        return current > answered ? current : nil
+    }
+
+    /// A watchdog's answer to request `generation`.
+    func contribute(_ identity: ObjectIdentifier, generation: UInt64, parts: [Part]) {
+        state.withLock { state in
+            guard state.collecting, requested.load(ordering: .relaxed) == generation,
+                  state.expected.remove(identity) != nil else { return }
+            state.parts += parts
+        }
+        signalProgress()
+    }
+
+    /// Asks every watchdog and waits until all answered or `timeout` passed. Returns the parts, and how many
+    /// watchdogs did not answer in time. One request at a time (callers are serialized by the control thread).
+    func collect(timeout: Duration) -> (parts: [Part], missing: Int) {
+        let runners: [StoppableThread] = state.withLock { state in
+            state.parts = []
+            state.expected = Set(state.participants.keys)
+            state.collecting = true
+            requested.wrappingAdd(1, ordering: .releasing)
+            return Array(state.participants.values)
+        }
+        for runner in runners { runner.wake() }
+        let deadline = Date(timeIntervalSinceNow: Double(timeout.nanosecondsClamped) / 1e9)
+        progress.lock()
+        while state.withLock({ !$0.expected.isEmpty }) && Date() < deadline {
+            _ = progress.wait(until: min(deadline, Date(timeIntervalSinceNow: 0.05)))
+        }
+        progress.unlock()
+        return state.withLock { state in
+            state.collecting = false
+            defer { state.expected = [] }
+            return (state.parts, state.expected.count)
+        }
+    }
+
+    private func signalProgress() {
+        progress.lock()
+        progress.broadcast()
+        progress.unlock()
+    }
+}

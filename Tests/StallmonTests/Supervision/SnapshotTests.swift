@@ -1,0 +1,143 @@
+import Foundation
+@testable import Stallmon
+import StallmonReport
+import StallmonTestSupport
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `stallmon snapshot PID` through the control socket (issue 27, item 4): a running child with an idle `Looper`, a
+/// `Looper` busy in one long block and a pool worker blocked in a task gives one snapshot report with all three,
+/// each with its stack; two requests at once give two whole reports; another user is refused.
+@Suite(.serialized)
+struct SnapshotTests {
+    @Test func aSnapshotOfAnIdleLoopABusyLoopAndABlockedWorker() async throws {
+        let root = makeTemporaryDirectory("snapshot")
+        let reports = root + "/reports"
+        let executable = try StallmonExecutable.url(named: "stallmon-async-fixture").path
+        let child = try ChildProcess(executable, ["snapshot", reports, "100"],
+                                     environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
+                                     stderrPath: root + "/err")
+        defer {
+            FileManager.default.createFile(atPath: root + "/release", contents: nil)
+            _ = child.wait(timeout: .seconds(10))
+            child.kill()
+        }
+        let ready = try await offThePool {
+            eventually(timeout: .seconds(20)) {
+                ((try? String(contentsOfFile: root + "/out", encoding: .utf8)) ?? "").contains("ready")
+            }
+        }
+        let childErrors = (try? String(contentsOfFile: root + "/err", encoding: .utf8)) ?? ""
+        try #require(ready, "\(childErrors)")
+        let pid = child.pid
+        let socket = ControlSocketClient.path(directory: reports, pid: pid)
+        var status = stat()
+        #expect(stat(socket, &status) == 0 && status.st_mode & 0o777 == 0o600, "the socket is 0600")
+
+        // Two requests at once: answered one after the other, two whole reports.
+        let outcomes = try await offThePool { () -> [ControlSocketClient.Outcome] in
+            let results = Mutex<[ControlSocketClient.Outcome]>([])
+            let done = DispatchSemaphore(value: 0)
+            for _ in 0..<2 {
+                Thread.detachNewThread {
+                    let outcome = ControlSocketClient.requestSnapshot(at: socket)
+                    results.withLock { $0.append(outcome) }
+                    done.signal()
+                }
+            }
+            done.wait()
+            done.wait()
+            return results.withLock { $0 }
+        }
+        let paths = outcomes.compactMap { outcome -> String? in
+            if case .success(let path) = outcome { return path }
+            return nil
+        }
+        #expect(paths.count == 2 && Set(paths).count == 2, "\(outcomes)")
+        for path in paths {
+            let report = try ReportReader.read(path)
+            #expect(report.kind == "snapshot")
+            #expect(path.contains("/snapshot-"), "not a stall report: \(path)")
+            let entries = try #require(report.snapshot?.entries)
+            let idle = try #require(entries.first { $0.name == "idle-loop" }, "\(entries.map(\.name))")
+            #expect(idle.kind == "loop" && idle.state == "idle")
+            #expect(idle.sample.map { report.samples[$0].status == .ok } == true, "an idle loop's stack too")
+            let busy = try #require(entries.first { $0.name == "busy-loop" })
+            #expect(busy.state == "busy" && (busy.busyMs ?? 0) >= 200, "\(busy)")
+            #expect(busy.label == "ledger.rebuild")
+            let busyStack = busy.sample.map { report.samples[$0].frames.compactMap { report.frames[$0].symbol } } ?? []
+            #expect(busyStack.contains { $0.contains("AsyncStalls.spinCPU") }, "\(busyStack.prefix(4))")
+            #expect(busy.topFrame != nil)
+            let worker = try #require(entries.first { $0.kind == "worker" }, "\(entries.map { ($0.kind, $0.name) })")
+            #expect(worker.state == "busy" && worker.label == "GET /report" && worker.job?.taskName == "report renderer",
+                    "\(worker)")
+            #expect(worker.topFrame?.symbol.contains("AsyncStalls.blockingSleep") == true,
+                    "\(String(describing: worker.topFrame))")
+            let pool = try #require(entries.first { $0.kind == "pool" && $0.name == "swift-global-executor" })
+            // The blocked task's worker, and the fixture's own main task polling for the release file.
+            let workers = entries.filter { $0.kind == "worker" && $0.name == "swift-global-executor" }.count
+            #expect(pool.note?.hasPrefix("\(workers) of ") == true && workers >= 1, "\(String(describing: pool.note))")
+            #expect(pool.state == "busy")
+        }
+        // The CLI prints the path, and show renders it.
+        let printed = root + "/cli"
+        let cliStatus = try await offThePool {
+            ChildProcess.run(try StallmonExecutable.url().path, ["snapshot", String(pid), "--report-dir", reports],
+                             timeout: .seconds(30), environment: StallmonExecutable.environment(), outputPath: printed)
+        }
+        let cliOutput = (try? String(contentsOfFile: printed, encoding: .utf8)) ?? ""
+        #expect(cliStatus == 0 && cliOutput.contains("/snapshot-"), "\(cliOutput)")
+    }
+
+    /// Another user's process: refused by the directory's and the socket's permissions, and, were those loosened,
+    /// by the service itself (the peer's uid).
+    @Test func anotherUsersRequestIsRefused() async throws {
+        guard geteuid() == 0, let setpriv = findTool("setpriv") else {
+            print("skipped: needs root and setpriv (util-linux) to act as another user")
+            return
+        }
+        let root = makeTemporaryDirectory("snapshot-other-user")
+        chmod(root, 0o755)
+        let reports = root + "/reports"
+        let executable = try StallmonExecutable.url(named: "stallmon-async-fixture").path
+        let child = try ChildProcess(executable, ["snapshot", reports, "100"],
+                                     environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
+                                     stderrPath: root + "/err")
+        defer {
+            FileManager.default.createFile(atPath: root + "/release", contents: nil)
+            _ = child.wait(timeout: .seconds(10))
+            child.kill()
+        }
+        let ready = try await offThePool {
+            eventually(timeout: .seconds(20)) {
+                ((try? String(contentsOfFile: root + "/out", encoding: .utf8)) ?? "").contains("ready")
+            }
+        }
+        try #require(ready)
+        let pid = child.pid
+        let stallmon = try StallmonExecutable.url().path
+        func asNobody(_ output: String) async throws -> (status: Int32?, printed: String) {
+            let status = try await offThePool {
+                ChildProcess.run(setpriv, ["--reuid=65534", "--regid=65534", "--clear-groups", stallmon, "snapshot",
+                                           String(pid), "--report-dir", reports],
+                                 timeout: .seconds(30), environment: ["PATH": "/usr/bin:/bin"], outputPath: output)
+            }
+            return (status, (try? String(contentsOfFile: output, encoding: .utf8)) ?? "")
+        }
+        let blocked = try await asNobody(root + "/nobody-1")
+        #expect(blocked.status == 1, "\(blocked)")
+        #expect(blocked.printed.contains("only the service's own user may ask"), "\(blocked.printed)")
+        // Permissions loosened by hand: the service still refuses by the peer's uid.
+        chmod(reports, 0o755)
+        chmod(ControlSocketClient.path(directory: reports, pid: pid), 0o666)
+        let refused = try await asNobody(root + "/nobody-2")
+        #expect(refused.status == 1, "\(refused)")
+        #expect(refused.printed.contains("refused: the request came from uid 65534"), "\(refused.printed)")
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: reports)) ?? []
+        #expect(!names.contains { $0.hasPrefix("snapshot-") }, "nothing written for them: \(names)")
+    }
+}
