@@ -165,6 +165,15 @@ extension DemoDrivenTests {
     /// A SIGSTOP of the whole process is not a stall.
     @Suite("demo: a frozen process is not a stall", .serialized)
     struct Freeze {
+        /// Waits (up to 20 s) until the demo's monitor runs: its control socket exists.
+        static func monitorStarted(directory: String, pid: Int32) async -> Bool {
+            for _ in 0..<400 {
+                if FileManager.default.fileExists(atPath: directory + "/control-\(pid).sock") { return true }
+                try? await Task.sleep(for: .milliseconds(50))
+            }
+            return false
+        }
+
         static func processState(_ pid: Int32) -> Character? {
             guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
                   let close = stat.lastIndex(of: ")") else { return nil }
@@ -179,7 +188,10 @@ extension DemoDrivenTests {
                                            "--report-dir", directory], workingDirectory: temporary.url)
                 defer { demo.cleanUp() }
                 let pid = demo.process.processIdentifier
-                try await Task.sleep(for: .milliseconds(1500))
+                // From when the monitor runs (its start-up takes longer on a loaded machine), not from the launch:
+                // its control socket appears when it starts (stdout, to a file, is only flushed at exit).
+                try #require(await Self.monitorStarted(directory: directory, pid: pid), "\(demo.result(timedOut: false))")
+                try await Task.sleep(for: .milliseconds(1000))
                 try #require(demo.process.isRunning, "the demo ended early: \(demo.result(timedOut: false))")
                 #expect(kill(pid, SIGSTOP) == 0)
                 try await Task.sleep(for: .milliseconds(100))
@@ -299,7 +311,8 @@ extension DemoDrivenTests {
                                           workingDirectory: temporary.url)
                 defer { demo.cleanUp() }
                 let pid = demo.process.processIdentifier
-                try await Task.sleep(for: .milliseconds(1000))
+                try #require(await Freeze.monitorStarted(directory: directory, pid: pid), "\(demo.result(timedOut: false))")
+                try await Task.sleep(for: .milliseconds(700))
                 try #require(demo.process.isRunning, "\(demo.result(timedOut: false))")
                 #expect(kill(pid, SIGSTOP) == 0)
                 try await Task.sleep(for: .milliseconds(1800))

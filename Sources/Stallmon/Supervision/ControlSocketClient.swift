@@ -53,9 +53,10 @@ public enum ControlSocketClient {
         var wait = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &wait, socklen_t(MemoryLayout<timeval>.size))
         let request = Array((ControlSocket.snapshotRequest + "\n").utf8)
-        guard send(descriptor, request, request.count, Int32(MSG_NOSIGNAL)) == request.count else {
-            return .failure("cannot send the request to \(path): \(String(cString: strerror(errno)))")
-        }
+        // A service that refuses (another user) answers and closes before reading: its answer is read even when
+        // the request could not be sent.
+        let sent = send(descriptor, request, request.count, Int32(MSG_NOSIGNAL)) == request.count
+        let sendError = sent ? nil : String(cString: strerror(errno))
         var reply: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while !reply.contains(UInt8(ascii: "\n")) {
@@ -66,6 +67,7 @@ public enum ControlSocketClient {
         let line = String(decoding: reply, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if line.hasPrefix("ok ") { return .success(String(line.dropFirst(3))) }
         if line.hasPrefix("error ") { return .failure("the service said: " + line.dropFirst(6)) }
+        if let sendError { return .failure("cannot send the request to \(path): \(sendError)") }
         return .failure("no answer from \(path) within \(timeout)")
     }
 }
