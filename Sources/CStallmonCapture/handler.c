@@ -180,7 +180,6 @@ static int on_small_alternate_stack(void) {
 // (a few hundred bytes; scratch lives in the slot) plus libunwind's, ~8 KiB in all; on an alternate stack smaller
 // than CSTALLMON_MIN_UNWIND_STACK it does not unwind.
 void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
-    (void)signal_number;
     (void)info;
     const int saved_errno = errno;
     const pid_t self = (pid_t)syscall(SYS_gettid);
@@ -202,13 +201,17 @@ void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
             // The slot may have been released and handed to another thread between the tid check above and the
             // swap (this handler serving another slot of its thread meanwhile): that request is not ours. Put it
             // back as its own handler will expect it, REQUESTED, or ABANDONED if its watchdog gave up meanwhile.
-            if (atomic_load(&slot->tid) != self) {
+            // Its own handler may have come and gone while the slot looked RUNNING, so the owner is signalled again
+            // (the handler stays installed for the process's life: an extra signal only finds nothing to do).
+            const pid_t owner = atomic_load(&slot->tid);
+            if (owner != self) {
                 expected = SLOT_RUNNING;
                 if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_REQUESTED) &&
                     expected == SLOT_ABANDONED_RUNNING) {
                     expected = SLOT_ABANDONED_RUNNING;
                     atomic_compare_exchange_strong(&slot->state, &expected, SLOT_ABANDONED);
                 }
+                syscall(SYS_tgkill, getpid(), owner, signal_number);
                 continue;
             }
             slot->unknown_image = 0;
@@ -248,7 +251,7 @@ void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
             } else {
                 futex_wake_all(&slot->state);
             }
-        } else if (state == SLOT_ABANDONED) {
+        } else if (state == SLOT_ABANDONED && atomic_load(&slot->tid) == self) {
             drain_abandoned(slot, SLOT_ABANDONED);
         }
     }

@@ -32,6 +32,8 @@ int64_t cstallmon_socket_peer_uid(int fd) {
     return (int64_t)credentials.uid;
 }
 
+int cstallmon_accept_cloexec(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEXEC); }
+
 int cstallmon_sigrtmin(void) { return SIGRTMIN; }
 int cstallmon_sigrtmax(void) { return SIGRTMAX; }
 int cstallmon_installed_signal(void) { return atomic_load(&g_state.signal_number); }
@@ -220,7 +222,14 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
     // lists that was unloaded or replaced (another loaded at its address) is hidden from the handler, which would
     // otherwise read the new object's unwind tables at the old one's offsets: a frame there ends the stack, marked;
     // the refresher is woken at once.
-    if (g_state.unwinder_uses_table) cstallmon_table_request_refresh(!cstallmon_table_check_loaded_images());
+    if (g_state.unwinder_uses_table && !cstallmon_table_check_loaded_images()) {
+        // libunwind's caches (register states, the fast trace's frame shapes) are keyed by address: forget what they
+        // learned of the replaced code.
+        unw_flush_cache(unw_local_addr_space, 0, 0);
+        cstallmon_table_request_refresh(1);
+    } else if (g_state.unwinder_uses_table) {
+        cstallmon_table_request_refresh(0);
+    }
     slot->max_frames = max_frames < CSTALLMON_MAX_FRAMES ? max_frames : CSTALLMON_MAX_FRAMES;
     int32_t expected = SLOT_IDLE;
     if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_REQUESTED)) {

@@ -1,5 +1,6 @@
 #if NIO
 import Foundation
+import Logging
 import ServiceLifecycle
 import Stallmon
 
@@ -23,8 +24,9 @@ extension ConcurrencyStallMonitor: StallMonitoring {}
 /// The monitors must outlive the application's drain, or a stall during it is cut short (written as ongoing) and
 /// the rest of the drain is unwatched. A `ServiceGroup` shuts its services down in **reverse** order, each after the
 /// one after it has finished. The robust wiring is to hand the application's services to this service, which runs
-/// them as its children (they get the group's graceful shutdown as usual) and stops the monitors only after every
-/// one of them returned:
+/// them as a `ServiceGroup` of their own (nested: the outer group's graceful shutdown reaches them, they shut down in
+/// reverse order, and one that returns early or throws ends them all, as in any group) and stops the monitors only
+/// after that group returned:
 ///
 /// ```swift
 /// let monitor = try NIOStallMonitor(group: MultiThreadedEventLoopGroup.singleton)
@@ -38,18 +40,22 @@ extension ConcurrencyStallMonitor: StallMonitoring {}
 public struct StallMonitorService: Service {
     private let monitors: [any StallMonitoring]
     private let services: [any Service]
+    private let logger: Logger
 
-    /// Wraps `monitor`, which `run()` starts and stops; `services` (the application's) run as its children and the
-    /// monitor stops after all of them returned.
-    public init(_ monitor: any StallMonitoring, watching services: [any Service] = []) {
-        self.init([monitor], watching: services)
+    /// Wraps `monitor`, which `run()` starts and stops; `services` (the application's) run as a nested
+    /// `ServiceGroup` (logging to `logger`) and the monitor stops after it returned.
+    public init(_ monitor: any StallMonitoring, watching services: [any Service] = [],
+                logger: Logger = Logger(label: "stallmon.watched-services")) {
+        self.init([monitor], watching: services, logger: logger)
     }
 
     /// Wraps several monitors (e.g. a `NIOStallMonitor` and a `ConcurrencyStallMonitor`), started in this order and
-    /// stopped in the reverse order; `services` run as this service's children, as above.
-    public init(_ monitors: [any StallMonitoring], watching services: [any Service] = []) {
+    /// stopped in the reverse order; `services` run as a nested `ServiceGroup`, as above.
+    public init(_ monitors: [any StallMonitoring], watching services: [any Service] = [],
+                logger: Logger = Logger(label: "stallmon.watched-services")) {
         self.monitors = monitors
         self.services = services
+        self.logger = logger
     }
 
     public func run() async throws {
@@ -59,13 +65,10 @@ public struct StallMonitorService: Service {
             // Returns at graceful shutdown; throws CancellationError when cancelled. Either way the monitors stop.
             try? await gracefulShutdown()
         } else {
-            // The children inherit this task's graceful shutdown and cancellation. The first to throw cancels the
-            // others (as a ServiceGroup does); the monitors keep watching until every one has returned.
+            // A nested group listens to this task's graceful shutdown and cancellation, and shuts its services down
+            // as any group does; the monitors keep watching until it returned.
             do {
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    for service in services { group.addTask { try await service.run() } }
-                    try await group.waitForAll()
-                }
+                try await ServiceGroup(services: services, logger: logger).run()
             } catch {
                 failure = error
             }

@@ -93,9 +93,23 @@ struct SymbolicatorTests {
         #expect(!inApp("merged $defer #1 <A>() -> () in FoundationEssentials.(__JSONEncoder in _2537).wrap<A>(_: A)"))
         #expect(!inApp("merged lazy protocol witness table accessor for type App.Order and conformance App.Order"))
         #expect(!inApp("destroy value witness for FoundationEssentials.(_JSONKeyedEncodingContainer in _2537)"))
-        #expect(!inApp("static ArgumentParser.ParsableCommand.main() -> ()",
-                       file: "/tmp/build-elsewhere/checkouts/swift-argument-parser/Sources/ArgumentParser/X.swift"),
+        // A SwiftPM build directory elsewhere (--build-path): it holds workspace-state.json.
+        let scratch = NSTemporaryDirectory() + "stallmon-scratch-\(getpid())"
+        try? FileManager.default.createDirectory(atPath: scratch + "/checkouts", withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: scratch + "/workspace-state.json", contents: Data("{}".utf8))
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        #expect(!inApp("static Ledger.Book.post() -> ()", file: scratch + "/checkouts/ledger/Sources/Ledger/Book.swift"),
                 "a checkout under any --build-path")
+        #expect(inApp("static App.Server.run() -> ()", file: "/home/me/checkouts/myservice/Sources/App/Server.swift"),
+                "a directory merely named checkouts is not SwiftPM's")
+        #expect(inApp("HummingbirdTodos.TodoController.list() -> ()"), "a service module named like a dependency")
+        #expect(inApp("GRPCServer.Greeter.sayHello() -> ()"))
+        #expect(!inApp("Hummingbird.Router.respond() -> ()"))
+        #expect(!inApp("generic specialization <Swift.Int> of NIOCore.EventLoopFuture.map<A>((A) -> Swift.Int) -> ()"),
+                "a dependency's generic specialized into the binary")
+        #expect(Symbolicator.swiftModule(of: "function signature specialization <Arg[0] = Dead> of App.Cart.total() -> Swift.Int")
+                == "App")
+        #expect(inApp("function signature specialization <Arg[0] = Dead> of App.Cart.total() -> Swift.Int"))
         #expect(!inApp("static ArgumentParser.ParsableCommand.main() -> ()"), "a dependency without DWARF")
         #expect(!inApp("NIOPosix.SelectableEventLoop.run() throws -> ()"))
         #expect(!inApp("closure #3 in Hummingbird.Router.respond()"))

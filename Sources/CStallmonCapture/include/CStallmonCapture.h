@@ -109,6 +109,10 @@ int cstallmon_image_table_check(void);
 /// errno. Async-signal-safe (one getsockopt).
 int64_t cstallmon_socket_peer_uid(int fd);
 
+/// accept4(fd, NULL, NULL, SOCK_CLOEXEC): a connection that no fork/exec of another thread inherits. Returns the
+/// descriptor or -1 with errno. Async-signal-safe (one system call).
+int cstallmon_accept_cloexec(int fd);
+
 /// SIGRTMIN and SIGRTMAX, which are functions in glibc and so invisible to Swift. Async-signal-safe.
 int cstallmon_sigrtmin(void);
 int cstallmon_sigrtmax(void);

@@ -4,6 +4,7 @@ import Glibc
 import CStallmonCapture
 import CStallmonSymbols
 import StallmonReport
+import Synchronization
 
 /// What the symbolicator knows of one address.
 struct SymbolizedAddress: Sendable {
@@ -195,7 +196,7 @@ final class Symbolicator {
                 if isWellKnownDependency(swiftModule) { return false }
             }
         }
-        if let file, checkoutDirectories.contains(where: { file.contains($0) }) { return false }
+        if let file, isInPackageCheckout(file) { return false }
         if file == "<compiler-generated>" { return false }  // synthesized code: $main, conformances, thunks
         guard let module else { return false }
         if module == executable { return true }
@@ -212,9 +213,17 @@ final class Symbolicator {
         var rest = Substring(symbol)
         let prefixes = ["static ", "merged ", "async function pointer to ", "implicit closure #", "closure #",
                         "$defer #", "(extension in "]
+        // `generic specialization <…> of X`, `function signature specialization <…> of X`: X's module.
+        let specializations = ["generic specialization <", "function signature specialization <",
+                               "specialized generic specialization <"]
         var changed = true
         while changed {
             changed = false
+            for prefix in specializations where rest.hasPrefix(prefix) {
+                guard let of = endOfSpecialization(rest.dropFirst(prefix.count)) else { return nil }
+                rest = of
+                changed = true
+            }
             for prefix in prefixes where rest.hasPrefix(prefix) {
                 rest = rest.dropFirst(prefix.count)
                 if prefix.hasSuffix("#") {
@@ -230,6 +239,25 @@ final class Symbolicator {
         let name = rest.prefix { $0.isLetter || $0.isNumber || $0 == "_" }
         guard !name.isEmpty, rest.dropFirst(name.count).first == "." else { return nil }
         return String(name)
+    }
+
+    /// After a specialization's opening `<`: what follows its matching `>` and ` of `, or nil.
+    private static func endOfSpecialization(_ text: Substring) -> Substring? {
+        var depth = 1
+        var index = text.startIndex
+        var previous: Character = " "
+        while index < text.endIndex {
+            let character = text[index]
+            if character == "<" { depth += 1 }
+            if character == ">" && previous != "-" { depth -= 1 }  // not the arrow of a function type
+            previous = character
+            index = text.index(after: index)
+            if depth == 0 {
+                let after = text[index...]
+                return after.hasPrefix(" of ") ? after.dropFirst(4) : nil
+            }
+        }
+        return nil
     }
 
     /// What follows the first ` in ` outside parentheses (the context of a closure), or nil.
@@ -278,8 +306,26 @@ final class Symbolicator {
         "Fluent", "FluentKit", "FluentPostgresDriver", "FluentSQLiteDriver", "Leaf", "LeafKit", "JWT", "JWTKit",
         "Vapor", "XCTVapor", "VaporTesting", "Prometheus", "W3CTraceContext", "CompressNIO", "Mustache", "Yams",
         "GRDB", "SwiftSyntax", "Subprocess",
+        // SwiftNIO and its siblings
+        "NIO", "NIOCore", "NIOPosix", "NIOEmbedded", "NIOConcurrencyHelpers", "NIOFoundationCompat", "NIOHTTP1",
+        "NIOHTTP2", "NIOWebSocket", "NIOTLS", "NIOSSL", "NIOExtras", "NIOHTTPCompression", "NIOSOCKS", "NIOSSH",
+        "NIOTransportServices", "NIOFileSystem", "NIOTestUtils", "NIOResumableUpload", "NIOCertificateReloading",
+        "NIOHTTPTypes", "NIOHTTPTypesHTTP1", "NIOHTTPTypesHTTP2", "NIOAsyncRuntime",
+        // Hummingbird 2
+        "Hummingbird", "HummingbirdCore", "HummingbirdRouter", "HummingbirdHTTP2", "HummingbirdTLS",
+        "HummingbirdTesting", "HummingbirdAuth", "HummingbirdBasicAuth", "HummingbirdBcrypt", "HummingbirdOTP",
+        "HummingbirdWebSocket", "HummingbirdWSCore", "HummingbirdWSClient", "HummingbirdWSCompression",
+        "HummingbirdCompression", "HummingbirdRedis", "HummingbirdFluent", "HummingbirdLambda", "Mustache",
+        "WSCore", "WSClient", "WSCompression",
+        // gRPC Swift 1 and 2
+        "GRPC", "GRPCCore", "GRPCCodeGen", "GRPCNIOTransportCore", "GRPCNIOTransportHTTP2",
+        "GRPCNIOTransportHTTP2Posix", "GRPCNIOTransportHTTP2TransportServices", "GRPCProtobuf", "GRPCInProcessTransport",
+        "GRPCHealthService", "GRPCReflectionService", "GRPCServiceLifecycle", "GRPCOTelTracingInterceptors",
+        // swift-otel
+        "OTel", "OTelCore", "OTelAPI", "OTelSDK", "OTLPCore", "OTLPGRPC", "OTLPHTTP", "OTelSemanticConventions",
     ]
-    static let wellKnownDependencyPrefixes = ["NIO", "_NIO", "CNIO", "Hummingbird", "GRPC", "OTel", "_Crypto"]
+    /// Module families by prefix: only names no service module is likely to take (underscored and C modules).
+    static let wellKnownDependencyPrefixes = ["_NIO", "CNIO", "_Crypto", "CGRPC", "_Hummingbird"]
 
     static let ownModules = ["StallmonLoop", "Stallmon", "StallmonReport", "StallmonUpload", "StallmonNIO"]
     /// Stallmon's own code and compiler glue, which is never where the user's work is.
@@ -294,9 +340,26 @@ final class Symbolicator {
                                           "type metadata ", "lazy protocol witness table ", "metaclass for ",
                                           "nominal type descriptor for ", "protocol conformance descriptor for ",
                                           "associated type metadata accessor"]
-    /// Where SwiftPM (`BUILD_PATH/checkouts/`, whatever `--build-path` or `--scratch-path` says) and Xcode
-    /// (`SourcePackages/checkouts/`) check dependencies out: code from there is a package's, not the service's.
-    static let checkoutDirectories = ["/checkouts/"]
+    /// Where SwiftPM (`.build/checkouts/`) and Xcode (`SourcePackages/checkouts/`) check dependencies out: code from
+    /// there is a package's, not the service's.
+    static let checkoutDirectories = ["/.build/checkouts/", "/SourcePackages/checkouts/"]
+
+    /// Other `…/checkouts/` directories are SwiftPM's only when their parent is a SwiftPM build directory
+    /// (`--build-path`, `--scratch-path`): it holds `workspace-state.json`. Checked once per directory.
+    private static let scratchDirectories = Mutex<[String: Bool]>([:])
+
+    /// Whether `file` (a DWARF source path) lies in a package checkout.
+    static func isInPackageCheckout(_ file: String) -> Bool {
+        if checkoutDirectories.contains(where: { file.contains($0) }) { return true }
+        guard let range = file.range(of: "/checkouts/") else { return false }
+        let parent = String(file[..<range.lowerBound])
+        return scratchDirectories.withLock { known in
+            if let answer = known[parent] { return answer }
+            let answer = access(parent + "/workspace-state.json", F_OK) == 0
+            if known.count < 1024 { known[parent] = answer }
+            return answer
+        }
+    }
     /// Modules of the Swift toolchain and C++ library whose code can land in the user's binary (inlined, or
     /// specialized as `generic specialization <…> of Swift.…`).
     static let systemSymbolPrefixes = ["Swift.", "(extension in Swift)", "_Concurrency.", "Foundation.",

@@ -248,6 +248,7 @@ final class ReportWriter: Sendable {
                 event.count = report.snapshot?.entries.count
                 event.message = missing > 0 ? "\(missing) watchdog(s) did not answer in time" : nil
                 log(event, client: client, state: &state)
+                Self.keepNewestSnapshots(in: directory, count: Self.snapshotsKept)
                 reply.finish(.success(path))
             } else {
                 reply.finish(.failure("the report directory could not be written (see the service's log)"))
@@ -530,6 +531,16 @@ final class ReportWriter: Sendable {
         let stamp = report.start.wall.filter { $0 != "-" && $0 != ":" }
         let prefix = report.kind == "snapshot" ? "snapshot" : "stall"
         return "\(directory)/\(prefix)-\(stamp)-\(report.id.prefix(8)).json"
+    }
+
+    /// Snapshots kept in a report directory (the newest; they are never uploaded).
+    static let snapshotsKept = 100
+
+    /// Removes all but the newest `count` snapshot reports (their names sort by time).
+    private static func keepNewestSnapshots(in directory: String, count: Int) {
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
+            .filter { $0.hasPrefix("snapshot-") && $0.hasSuffix(".json") }.sorted()
+        for name in names.dropLast(count) { unlink(directory + "/" + name) }
     }
 
     /// A snapshot's report: the parts' samples symbolicated as one stall's would be, each part pointing at its own.

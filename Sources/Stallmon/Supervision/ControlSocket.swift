@@ -46,6 +46,16 @@ final class ControlSocket: Sendable {
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             for (index, byte) in bytes.enumerated() { raw[index] = byte }
         }
+        removeStaleSockets(in: directory)
+        if ControlSocketClient.isAnswering(path) {
+            // Another live process with this pid number (another pid namespace sharing the directory): not ours.
+            close(descriptor)
+            client.logger.warning("""
+                stallmon: no control socket (snapshots on demand): \(path) is another live process's (a container \
+                sharing the report directory?)
+                """)
+            return nil
+        }
         unlink(path)  // a socket left by an earlier process of this pid (pids are reused)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
@@ -69,6 +79,19 @@ final class ControlSocket: Sendable {
         return control
     }
 
+    /// Removes the sockets of processes that are gone (a crash, `hang_action = abort`, SIGKILL leave theirs) and no
+    /// longer answer.
+    private static func removeStaleSockets(in directory: String) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        for name in names where name.hasPrefix("control-") && name.hasSuffix(".sock") {
+            guard let pid = Int32(name.dropFirst("control-".count).dropLast(".sock".count)), pid != getpid() else {
+                continue
+            }
+            let path = (directory.hasSuffix("/") ? directory : directory + "/") + name
+            if kill(pid, 0) != 0 && errno == ESRCH && !ControlSocketClient.isAnswering(path) { unlink(path) }
+        }
+    }
+
     private init(path: String, listener: Int32) {
         self.path = path
         self.listener = listener
@@ -86,13 +109,12 @@ final class ControlSocket: Sendable {
 
     private func serve(writer: ReportWriter, client: ReportClient) {
         while !stopping.load(ordering: .acquiring) {
-            let connection = accept(listener, nil, nil)
+            let connection = cstallmon_accept_cloexec(listener)
             guard connection >= 0 else {
                 if errno == EINTR || stopping.load(ordering: .acquiring) { continue }
                 runner.wait(until: cstallmon_monotonic_ns() + 100_000_000)  // e.g. EMFILE: try again shortly
                 continue
             }
-            _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
             answer(connection, writer: writer, client: client)
             close(connection)
         }

@@ -18,6 +18,38 @@ public enum ControlSocketClient {
         case failure(String)
     }
 
+    /// Whether a process listens at `path` (a connection is accepted, then closed without a request).
+    static func isAnswering(_ path: String) -> Bool {
+        guard let descriptor = connected(to: path) else { return false }
+        close(descriptor)
+        return true
+    }
+
+    private static func connected(to path: String) -> Int32? {
+        let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else { return nil }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            close(descriptor)
+            return nil
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in bytes.enumerated() { raw[index] = byte }
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard result == 0 else {
+            close(descriptor)
+            return nil
+        }
+        return descriptor
+    }
+
     /// Asks the service listening at `path` for a snapshot; waits up to `timeout` for the reply.
     public static func requestSnapshot(at path: String, timeout: Duration = .seconds(15)) -> Outcome {
         let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)

@@ -35,6 +35,8 @@ final class SnapshotCoordinator: Sendable {
     /// The request being answered (0: none yet); watchdogs compare it with the last they answered, once per pass.
     private let requested = Atomic<UInt64>(0)
     private let progress = NSCondition()
+    /// One request at a time in the process (several report directories each have a control socket).
+    private let requestLock = Mutex<Void>(())
 
     /// A watchdog that will answer requests (from its start until `leave`).
     func join(_ identity: ObjectIdentifier, runner: StoppableThread) {
@@ -66,8 +68,12 @@ final class SnapshotCoordinator: Sendable {
     }
 
     /// Asks every watchdog and waits until all answered or `timeout` passed. Returns the parts, and how many
-    /// watchdogs did not answer in time. One request at a time (callers are serialized by the control thread).
+    /// watchdogs did not answer in time. One request at a time in the process; another waits its turn.
     func collect(timeout: Duration) -> (parts: [Part], missing: Int) {
+        requestLock.withLock { _ in collectAlone(timeout: timeout) }
+    }
+
+    private func collectAlone(timeout: Duration) -> (parts: [Part], missing: Int) {
         let runners: [StoppableThread] = state.withLock { state in
             state.parts = []
             state.expected = Set(state.participants.keys)

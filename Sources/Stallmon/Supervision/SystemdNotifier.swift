@@ -51,18 +51,16 @@ final class SystemdNotifier: Sendable {
 
     private struct State {
         var users = 0
-        var setup: Setup?
-        var thread: PosixThread?
-        var stopping: Bool = false
+        /// The running pinger: its own thread and stop token, so a stop racing a new start never stops the new one.
+        var runner: StoppableThread?
     }
 
     private let state = Mutex<State>(State())
-    private let wake = NSCondition()
     /// Pings sent, for tests and diagnostics.
     let pings = Atomic<Int>(0)
 
     /// Whether a notifier thread runs (the monitors then mark hung stalls).
-    var isFeeding: Bool { state.withLock { $0.thread != nil } }
+    var isFeeding: Bool { state.withLock { $0.runner != nil } }
 
     /// A monitor with `configuration` starts: the notifier runs while at least one such monitor does.
     func retain(_ configuration: StallMonitorConfiguration, logger: Logger) -> Bool {
@@ -70,41 +68,37 @@ final class SystemdNotifier: Sendable {
         if let warning { logger.warning("stallmon: \(warning)") }
         guard let setup else { return false }
         return state.withLock { state in
-            state.users += 1
-            guard state.thread == nil else { return true }
-            state.setup = setup
-            state.stopping = false
-            state.thread = PosixThread.start(name: "stallmon-sdnotify") { [self] in run(setup, logger: logger) }
-            if state.thread == nil {
-                state.users -= 1
-                logger.error("stallmon: cannot start the systemd watchdog thread; WATCHDOG=1 is not sent")
-                return false
+            if state.runner == nil {
+                let runner = StoppableThread()
+                guard runner.start(name: "stallmon-sdnotify", { [self] in run(setup, runner: runner, logger: logger) })
+                else {
+                    logger.error("stallmon: cannot start the systemd watchdog thread; WATCHDOG=1 is not sent")
+                    return false
+                }
+                state.runner = runner
             }
+            state.users += 1
             return true
         }
     }
 
     /// A monitor that `retain`ed it stops.
     func release() {
-        let stopping: PosixThread? = state.withLock { state in
+        let stopping: StoppableThread? = state.withLock { state in
             state.users -= 1
-            guard state.users <= 0, let thread = state.thread else { return nil }
+            guard state.users <= 0 else { return nil }
             state.users = 0
-            state.stopping = true
-            state.thread = nil
-            return thread
+            defer { state.runner = nil }
+            return state.runner
         }
-        guard let stopping else { return }
-        wake.lock()
-        wake.broadcast()
-        wake.unlock()
-        stopping.join()
+        stopping?.stop()
     }
 
-    private func run(_ setup: Setup, logger: Logger) {
+    private func run(_ setup: Setup, runner: StoppableThread, logger: Logger) {
         var reportedHang: String?
         var failing = false
-        while !state.withLock({ $0.stopping }) {
+        let interval = UInt64(setup.interval.nanosecondsClamped)
+        while !runner.isStopping {
             var message: String
             if let hung = HangRegistry.shared.oldestHung() {
                 let seconds = Double(cstallmon_monotonic_ns() &- hung.since) / 1e9
@@ -129,11 +123,8 @@ final class SystemdNotifier: Sendable {
                     if message.hasPrefix("WATCHDOG=1") { pings.wrappingAdd(1, ordering: .relaxed) }
                 }
             }
-            wake.lock()
-            if !state.withLock({ $0.stopping }) {
-                _ = wake.wait(until: Date(timeIntervalSinceNow: Double(setup.interval.nanosecondsClamped) / 1e9))
-            }
-            wake.unlock()
+            // CLOCK_MONOTONIC: a wall-clock step (NTP) never delays a ping.
+            runner.wait(until: cstallmon_monotonic_ns() + interval)
         }
     }
 

@@ -229,8 +229,15 @@ final class StallTracker {
         snapshot.frozenNanoseconds = frozen
         snapshot.durationNanoseconds = now &- snapshot.since &- min(frozen, now &- snapshot.since)
         describeThread(&snapshot, baseline: current?.baseline, now: now, tid: target.tid)
-        writer.submit(.hang(snapshot, action: action, afterMs: Double(limit.nanosecondsClamped) / 1e6), from: client)
-        writer.flush(timeout: .seconds(5))
+        let queued = writer.submit(.hang(snapshot, action: action, afterMs: Double(limit.nanosecondsClamped) / 1e6),
+                                   from: client)
+        let unwritten = writer.flush(timeout: .seconds(5))
+        if !queued || unwritten > 0 {
+            client.logger.error("""
+                stallmon: the hang's report could not be made durable (the report writer's queue is full or it is \
+                blocked); acting on the hang all the same
+                """, metadata: ["loop": "\(loopName)", "action": "\(action)"])
+        }
     }
 
     /// The watchdog stops mid-stall: the evidence is left as an ongoing report.
