@@ -151,8 +151,11 @@ static struct {
     _Atomic uint64_t threshold_ticks;
     _Atomic uint64_t unwatched_workers;
     _Atomic uint64_t jobs_of_exited_workers;
+    // 1: every job's queue delay and run time are counted (the enqueue stamp, the histograms); 0: only what stall
+    // detection needs (the begin and end stamps).
+    _Atomic int statistics;
     pthread_key_t exit_key;
-} g_state;
+} g_state = {.statistics = 1};
 
 // The calling worker's probe; &g_unwatched when every probe was taken.
 static __thread worker_probe *t_probe;
@@ -488,7 +491,9 @@ static inline __attribute__((always_inline)) void job_ends(worker_probe *probe, 
     uint64_t threshold = atomic_load_explicit(&g_state.threshold_ticks, memory_order_relaxed);
     bool ran_long = end - timing.begin >= threshold && end > timing.begin;
     stamp_end(probe, timing.sequence, timing.begin, end, ran_long);
-    record_job(stats, timing.pool, timing.enqueued, timing.begin, end, ran_long, threshold);
+    if (__builtin_expect(atomic_load_explicit(&g_state.statistics, memory_order_relaxed), 1)) {
+        record_job(stats, timing.pool, timing.enqueued, timing.begin, end, ran_long, threshold);
+    }
 }
 
 static inline __attribute__((always_inline)) void run_timed(swift_job *job, uint32_t where) {
@@ -519,7 +524,9 @@ static void run_timed_main_job(void *context) {
 void cstallmon_concurrency_enqueue_main(void *job) {
     // As the runtime's dispatch main executor: marks the job as enqueued on the main queue.
     *(void **)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_1) = &_dispatch_main_q;
-    *(uint64_t *)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_0) = job_clock_now();
+    if (atomic_load_explicit(&g_state.statistics, memory_order_relaxed)) {
+        *(uint64_t *)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_0) = job_clock_now();
+    }
     dispatch_async_f(&_dispatch_main_q, job, run_timed_main_job);
 }
 
@@ -552,6 +559,7 @@ static uint8_t job_priority(swift_job *job) {
 // (now, or after `delay_ns`), for its queue delay.
 static void prepare(swift_job *job, uint64_t delay_ns) {
     *(void **)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_1) = (void *)1;
+    if (!atomic_load_explicit(&g_state.statistics, memory_order_relaxed)) return;  // no queue delay counted
     uint64_t due = job_clock_now();
     // A delay past what the clock scales (a "sleep forever") is due never: no queue delay is counted for it.
     if (delay_ns > 0) due = delay_ns > MAX_SCALED_NS ? UINT64_MAX : due + ns_to_ticks(delay_ns);
@@ -665,6 +673,14 @@ int cstallmon_concurrency_installed(void) {
     return atomic_load_explicit(&g_state.installed, memory_order_acquire);
 }
 
+void cstallmon_concurrency_set_statistics(int enabled) {
+    atomic_store_explicit(&g_state.statistics, enabled ? 1 : 0, memory_order_relaxed);
+}
+
+int cstallmon_concurrency_statistics(void) {
+    return atomic_load_explicit(&g_state.statistics, memory_order_relaxed);
+}
+
 void cstallmon_concurrency_configure(int sampling_signal, uint64_t threshold_ns) {
     atomic_store_explicit(&g_state.sampling_signal, sampling_signal, memory_order_relaxed);
     atomic_store_explicit(&g_threshold_ns, threshold_ns, memory_order_relaxed);
@@ -769,7 +785,9 @@ uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations) {
     for (uint64_t index = 0; index < iterations; index++) {
         // As the enqueue hook and run_timed: the enqueue stamp, the TLS probe, the header read, the stamps and the
         // statistics around an empty job (not swift_task_getJobTaskId, which needs a real job).
-        *(uint64_t *)(job + JOB_SCHEDULER_PRIVATE_0) = job_clock_now();
+        if (atomic_load_explicit(&g_state.statistics, memory_order_relaxed)) {
+            *(uint64_t *)(job + JOB_SCHEDULER_PRIVATE_0) = job_clock_now();
+        }
         __asm__ volatile("" ::: "memory");  // the queue
         worker_probe *volatile current = t_probe;
         (void)current;

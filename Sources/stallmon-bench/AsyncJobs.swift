@@ -170,6 +170,16 @@ struct AsyncJobs {
         results.add(Figure(section: "async", name: "the worker's stamps around one job (clock reads, stores)",
                            value: Stats.median(perStamp), unit: "ns",
                            note: "runs: " + perStamp.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
+        // The same with pool_statistics = off: no enqueue stamp, no histogram (what stall detection alone needs).
+        cstallmon_concurrency_set_statistics(0)
+        var perLeanStamp: [Double] = []
+        for _ in 0..<(quick ? 3 : 7) {
+            perLeanStamp.append(Double(cstallmon_concurrency_measure_stamps(iterations)) / Double(iterations))
+        }
+        cstallmon_concurrency_set_statistics(1)
+        results.add(Figure(section: "async", name: "… with pool_statistics = off (begin and end stamps only)",
+                           value: Stats.median(perLeanStamp), unit: "ns",
+                           note: "runs: " + perLeanStamp.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
 
         // A label set once per request: StallLabel.withValue around an empty body, beside the same loop without it.
         let calls = quick ? 200_000 : 1_000_000

@@ -167,7 +167,11 @@ enum ReportText {
         out += "  started:  \(report.start.wall)\n"
         out += "  lasted:   saturated \(ms(starvation.saturatedMs)); the oldest job waited "
             + "\(ms(starvation.oldestWaitMs)) (threshold \(ms(report.thresholdMs)))\n"
-        out += "  jobs:     \(starvation.waitedJobs) waited past the threshold; \(starvation.jobsRun) ran meanwhile\n"
+        if let waited = starvation.waitedJobs, let run = starvation.jobsRun {
+            out += "  jobs:     \(waited) waited past the threshold; \(run) ran meanwhile\n"
+        } else {
+            out += "  jobs:     not counted (pool_statistics = off)\n"
+        }
         let verdicts = [
             "blocked": "blocked: workers held by jobs that waited on something",
             "cpu": "cpu: workers held by jobs that computed throughout",

@@ -28,8 +28,10 @@ let thresholdMs = arguments.count > 3 ? Int(arguments[3]) ?? 100 : 100
     fflush(nil)
 }
 
-func makeMonitor(mainActor: Bool = true, statsInterval: Duration = .seconds(60)) -> ConcurrencyStallMonitor {
+func makeMonitor(mainActor: Bool = true, statsInterval: Duration = .seconds(60),
+                 poolStatistics: Bool = true) -> ConcurrencyStallMonitor {
     var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs), reportDirectory: reportDirectory)
+    configuration.poolStatistics = poolStatistics
     configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
     configuration.interimAfter = .seconds(10)
     configuration.loopStatsInterval = statsInterval
@@ -245,10 +247,10 @@ case "snapshot":
     for loopMonitor in loopMonitors { loopMonitor.stop() }
     monitor.stop()
 
-case "pool-stats":
+case "pool-stats", "pool-stats-off":
     // Thousands of short jobs, then every worker blocked while a burst of short jobs waits behind them, then a pause
-    // long enough for a `pool.stats` line.
-    let monitor = makeMonitor(mainActor: false, statsInterval: .seconds(1))
+    // long enough for a `pool.stats` line (none with pool_statistics = off).
+    let monitor = makeMonitor(mainActor: false, statsInterval: .seconds(1), poolStatistics: scenario == "pool-stats")
     monitor.start()
     await withTaskGroup(of: Int.self) { group in
         for index in 0..<2000 { group.addTask { index &* 7 } }
@@ -265,6 +267,7 @@ case "pool-stats":
     say("workers \(workers)")
     try? await Task.sleep(for: .milliseconds(1500))
     monitor.stop()
+    say("jobs \(ConcurrencyStallMonitor.jobsTimed)")
 
 case "starvation":
     // A burst of short jobs on an idle pool (no report), then as many blocking jobs as workers with the same burst

@@ -192,6 +192,12 @@ uint64_t cstallmon_concurrency_jobs(void);
 /// `swift_task_getJobTaskId` costs (it needs a real job). NOT async-signal-safe (it is timing code, not for handlers).
 uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations);
 
+/// Whether every job's queue delay and run time are counted (the pool statistics: the enqueue stamp and the
+/// histograms), 1 by default; with 0 the workers stamp only a job's begin and end, which stall and starvation
+/// detection need. Takes effect for jobs enqueued and ending from then on. Async-signal-safe (an atomic store).
+void cstallmon_concurrency_set_statistics(int enabled);
+int cstallmon_concurrency_statistics(void);
+
 /// Changes the sampling signal workers unblock at their first job and the long-job threshold (a new monitor after
 /// a stopped one). Async-signal-safe.
 void cstallmon_concurrency_configure(int sampling_signal, uint64_t threshold_ns);

@@ -81,6 +81,7 @@ public final class ConcurrencyStallMonitor: Sendable {
                                                                    client: client, writer: writer)
                                         })
             do throws(StallMonitorError) {
+                cstallmon_concurrency_set_statistics(configuration.poolStatistics ? 1 : 0)
                 try Self.installHooks(signal: signalNumber, threshold: configuration.threshold)
             } catch {
                 created.stop()

@@ -136,12 +136,12 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                 (Self.job(of: view.probe, index: view.index), Self.label(index: view.index, sequence: view.probe.sequence))
             })
             waitedForACapture = waitedForACapture || starving || starvation.isStarving
-            if poolStats.nextDue.map({ now >= $0 }) ?? true {
+            if configuration.poolStatistics, poolStats.nextDue.map({ now >= $0 }) ?? true {
                 let windows = poolStats.step(now: now, readings: Self.poolReadings(poolClasses, inProgress: inProgress),
                                              workers: [poolName: workersAlive])
                 for window in windows { writer.submit(.poolStats(window), from: client) }
             }
-            if let due = poolStats.nextDue { wakeAt = min(wakeAt, due) }
+            if configuration.poolStatistics, let due = poolStats.nextDue { wakeAt = min(wakeAt, due) }
             if let frozen = freezeWatch.passEnds(began: now, waitedForACapture: waitedForACapture, wakeAt: wakeAt) {
                 client.counters.freezes.wrappingAdd(1, ordering: .relaxed)
                 writer.submit(.frozen(loopName: poolName, nanoseconds: frozen), from: client)

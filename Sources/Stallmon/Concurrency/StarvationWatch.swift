@@ -176,6 +176,7 @@ final class StarvationWatch {
     private func snapshot(now: UInt64, end: UInt64, ongoing: Bool) -> StallSnapshot? {
         guard let episode else { return nil }
         let later = Self.globalTotals()
+        let counted = cstallmon_concurrency_statistics() == 1  // jobs are counted (pool_statistics = on)
         var culprits: [StarvationSnapshot.Culprit] = []
         var heldClasses: [StallClass] = []
         for culprit in episode.culprits {
@@ -213,8 +214,8 @@ final class StarvationWatch {
         let starvation = StarvationSnapshot(
             culprits: culprits, verdict: verdict, saturatedNanoseconds: end &- episode.saturatedSince,
             oldestWaitNanoseconds: max(canaryWait, oldestJob),
-            waitedJobs: later.totals.long_delays &- episode.totalsAtBegin.long_delays,
-            jobsRun: later.totals.jobs &- episode.totalsAtBegin.jobs, workers: episode.workers)
+            waitedJobs: counted ? later.totals.long_delays &- episode.totalsAtBegin.long_delays : nil,
+            jobsRun: counted ? later.totals.jobs &- episode.totalsAtBegin.jobs : nil, workers: episode.workers)
         let first = culprits.first?.snapshot
         var snapshot = StallSnapshot(
             id: episode.id, loopName: poolName, threadID: first?.threadID ?? 0, thresholdNanoseconds: threshold,

@@ -6,7 +6,7 @@ extension StallMonitorConfiguration {
         "threshold_ms", "sample_interval_ms", "max_samples", "max_frames", "interim_after_ms", "capture_timeout_ms",
         "signal", "report_dir", "event_log", "event_log_max_bytes", "event_log_max_files",
         "max_reports_per_signature_per_hour", "report_max_count", "report_max_bytes", "report_max_age_hours",
-        "in_app_include", "in_app_exclude", "loop_stats_interval_s", "lock_holder_stacks", "hang_action",
+        "in_app_include", "in_app_exclude", "loop_stats_interval_s", "lock_holder_stacks", "pool_statistics", "hang_action",
         "hang_abort_after_ms", "systemd_watchdog", "systemd_hang_after_ms", "control_socket", "spool", "upload_endpoint", "upload_format",
         "upload_token", "upload_token_file", "upload_headers",
         "service_name", "upload_batch_max_reports", "upload_batch_max_age_ms", "upload_max_body_bytes",
@@ -218,6 +218,12 @@ extension StallMonitorConfiguration {
             switch value.lowercased() {
             case "on", "true", "yes", "1": lockHolderStacks = true
             case "off", "false", "no", "0": lockHolderStacks = false
+            default: throw .invalid(key: key, value: value, reason: "expected on or off")
+            }
+        case "pool_statistics":
+            switch value.lowercased() {
+            case "on", "true", "yes", "1": poolStatistics = true
+            case "off", "false", "no", "0": poolStatistics = false
             default: throw .invalid(key: key, value: value, reason: "expected on or off")
             }
         case "hang_action":

@@ -57,6 +57,11 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     public var lockHolderStacks: Bool
     /// Spooling and upload of reports (keys `spool`, `upload_*`, `spool_*`, `service_name`); off by default.
     public var upload: UploadConfiguration
+    /// For `ConcurrencyStallMonitor`: count every job's queue delay and run time (key `pool_statistics`, default on):
+    /// the `pool.stats` lines, the `stallmon_pool_*` metrics, and the starvation reports' `waitedJobs` and `jobsRun`.
+    /// Off, the workers pay only what stall and starvation detection need (two clock reads per job instead of three,
+    /// and no histogram), for services that want the lowest cost per job.
+    public var poolStatistics: Bool = true
     /// What to do when a stall lasts `hangAbortAfter` (key `hang_action`): `.none` (default) or `.abort`: write the
     /// report (durable) and the `stall.hang` event line, then end the process with SIGABRT, so a supervisor restarts
     /// it and a core dump (where enabled) keeps the rest of the evidence. Never for a frozen process (SIGSTOP, a

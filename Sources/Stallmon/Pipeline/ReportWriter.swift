@@ -387,7 +387,7 @@ final class ReportWriter: Sendable {
         report.starvation = StallReport.Starvation(
             verdict: starvation.verdict, saturatedMs: Double(starvation.saturatedNanoseconds) / 1e6,
             oldestWaitMs: Double(starvation.oldestWaitNanoseconds) / 1e6,
-            waitedJobs: Int(clamping: starvation.waitedJobs), jobsRun: Int(clamping: starvation.jobsRun),
+            waitedJobs: starvation.waitedJobs.map { Int(clamping: $0) }, jobsRun: starvation.jobsRun.map { Int(clamping: $0) },
             workers: starvation.workers, culprits: culprits)
         report.stallClass = starvation.verdict == "busy" ? .cpu : report.stallClass
         let held = culprits.filter(\.heldThroughout)

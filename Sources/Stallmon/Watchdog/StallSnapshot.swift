@@ -45,7 +45,8 @@ struct StarvationSnapshot: Sendable {
     var verdict: String
     var saturatedNanoseconds: UInt64
     var oldestWaitNanoseconds: UInt64
-    var waitedJobs: UInt64
-    var jobsRun: UInt64
+    /// Nil when the pool statistics are off (`pool_statistics = off`).
+    var waitedJobs: UInt64?
+    var jobsRun: UInt64?
     var workers: Int
 }

@@ -165,16 +165,16 @@ public struct StallReport: Codable, Sendable, Equatable {
         /// The longest a job waited for a worker (the probe job stallmon sends, or a job's own queue delay).
         public var oldestWaitMs: Double
         /// Jobs that waited at least the threshold before they began, counted from the detection to the canary's begin
-        /// (and the moment after it in which the jobs queued behind it begin).
-        public var waitedJobs: Int
-        /// Jobs that finished on the pool over the same span.
-        public var jobsRun: Int
+        /// (and the moment after it in which the jobs queued behind it begin). Absent with `pool_statistics = off`.
+        public var waitedJobs: Int?
+        /// Jobs that finished on the pool over the same span. Absent with `pool_statistics = off`.
+        public var jobsRun: Int?
         /// Worker threads of the pool (all busy).
         public var workers: Int
         /// The job each busy worker was running when the starvation was detected, longest-running first.
         public var culprits: [Culprit]
 
-        public init(verdict: String, saturatedMs: Double, oldestWaitMs: Double, waitedJobs: Int, jobsRun: Int,
+        public init(verdict: String, saturatedMs: Double, oldestWaitMs: Double, waitedJobs: Int?, jobsRun: Int?,
                     workers: Int, culprits: [Culprit]) {
             self.verdict = verdict
             self.saturatedMs = saturatedMs

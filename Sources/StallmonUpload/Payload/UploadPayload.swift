@@ -186,8 +186,12 @@ enum OTLP {
             attributes.append(KeyValue(key: "stallmon.starvation.saturated_ms", value: .double(starvation.saturatedMs)))
             attributes.append(KeyValue(key: "stallmon.starvation.oldest_wait_ms",
                                        value: .double(starvation.oldestWaitMs)))
-            attributes.append(KeyValue(key: "stallmon.starvation.waited_jobs", value: .int(starvation.waitedJobs)))
-            attributes.append(KeyValue(key: "stallmon.starvation.jobs_run", value: .int(starvation.jobsRun)))
+            if let waited = starvation.waitedJobs {
+                attributes.append(KeyValue(key: "stallmon.starvation.waited_jobs", value: .int(waited)))
+            }
+            if let run = starvation.jobsRun {
+                attributes.append(KeyValue(key: "stallmon.starvation.jobs_run", value: .int(run)))
+            }
             attributes.append(KeyValue(key: "stallmon.starvation.workers", value: .int(starvation.workers)))
             // One line per culprit: its worker, task, function, class and how long it held the worker.
             let culprits = starvation.culprits.map { culprit in
