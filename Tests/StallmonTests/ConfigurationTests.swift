@@ -21,6 +21,17 @@ struct ConfigurationTests {
         }
     }
 
+    @Test func theHangLimitsAreCheckedOnlyWhenActedOn() throws {
+        // A threshold past the hang defaults (10 s, 60 s) is no error while nothing acts on them.
+        let long = StallMonitorConfiguration(threshold: .seconds(90), interimAfter: .seconds(360))
+        try long.validate()
+        var aborting = long
+        aborting.hangAction = .abort
+        #expect(throws: ConfigurationError.self) { try aborting.validate() }
+        aborting.hangAbortAfter = .seconds(120)
+        try aborting.validate()
+    }
+
     @Test(arguments: [
         ("threshold_ms = 0", "threshold_ms"),
         ("threshold_ms = -5", "threshold_ms"),

@@ -67,13 +67,14 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     /// it and a core dump (where enabled) keeps the rest of the evidence. Never for a frozen process (SIGSTOP, a
     /// container freeze): frozen time does not count.
     public var hangAction: HangAction = .none
-    /// Key `hang_abort_after_ms`, default 60000 ms; longer than `threshold_ms`.
+    /// Key `hang_abort_after_ms`, default 60000 ms; with `hang_action = abort`, longer than `threshold_ms`.
     public var hangAbortAfter: Duration = .seconds(60)
     /// systemd's watchdog fed from loop health (key `systemd_watchdog`): `.auto` (default) when `$NOTIFY_SOCKET` and
     /// `$WATCHDOG_USEC` are set (`WatchdogSec=` in the unit), `.on` whenever `$NOTIFY_SOCKET` is, `.off` never.
     public var systemdWatchdog: SystemdWatchdogMode = .auto
     /// A stall this long stops the `WATCHDOG=1` pings (after its report is durable), so systemd restarts the
-    /// service once `WatchdogSec=` passes. Key `systemd_hang_after_ms`, default 10000 ms; longer than `threshold_ms`.
+    /// service once `WatchdogSec=` passes. Key `systemd_hang_after_ms`, default 10000 ms (a stall is one from
+    /// `threshold_ms` on, so a shorter value acts at the threshold).
     public var systemdHangAfter: Duration = .seconds(10)
     /// A control socket in the report directory (`control-<pid>.sock`, 0600, the service's own user only) on which
     /// `stallmon snapshot PID` asks for a snapshot of every monitored loop and pool. Key `control_socket`, default on.
@@ -190,13 +191,14 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
             throw .invalid(key: "max_reports_per_signature_per_hour", value: "\(maxReportsPerSignaturePerHour)",
                            reason: "must be at least 1")
         }
-        guard hangAbortAfter > threshold else {
+        // Checked only when it is acted on: a long threshold_ms with the defaults is no error.
+        guard hangAction == .none || hangAbortAfter > threshold else {
             throw .invalid(key: "hang_abort_after_ms", value: "\(hangAbortAfter.milliseconds)",
-                           reason: "must be longer than threshold_ms (\(threshold.milliseconds))")
+                           reason: "must be longer than threshold_ms (\(threshold.milliseconds)) with hang_action = abort")
         }
-        guard systemdHangAfter > threshold else {
+        guard systemdHangAfter > .zero else {
             throw .invalid(key: "systemd_hang_after_ms", value: "\(systemdHangAfter.milliseconds)",
-                           reason: "must be longer than threshold_ms (\(threshold.milliseconds))")
+                           reason: "must be greater than 0")
         }
         _ = try signal.resolve()
         guard loopStatsInterval >= .zero && loopStatsInterval <= .seconds(86_400) else {
