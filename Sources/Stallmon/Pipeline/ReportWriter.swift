@@ -230,6 +230,7 @@ final class ReportWriter: Sendable {
             if path != nil { counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed) }
             var event = baseEvent("stall.hang", snapshot)
             event.action = action
+            event.phase = report.phase
             event.durationMs = report.durationMs
             event.topFrame = report.topFrame?.displayName
             event.samples = report.samples.count
