@@ -114,9 +114,11 @@ extension FaultTests {
                 return (Int(fields[3].trimmingCharacters(in: [";"])) ?? -1, fields[6] != fields[8], line)
             }
             let table = try run([])
-            // A few misses are possible with the table: the guard's false positive while the other thread takes the
-            // list lock (its owner not yet recorded), or a capture timed out on a loaded machine.
-            #expect(table.ok >= 80 && table.progressed, "with the table: \(table.line)")
+            // Misses are possible with the table: the guard's false positive while the other thread takes the list
+            // lock (its owner not yet recorded), or captures timed out while the whole suite loads both cores (78 of
+            // 100 were seen in a fresh-clone CI run; 91–100 beside three busy loops here). What tells the hazard
+            // apart is that captures keep succeeding and the holder runs on; through the loader both stop for good.
+            #expect(table.ok >= 50 && table.progressed, "with the table: \(table.line)")
             let loader = try run(["--through-loader"])
             // Through the loader, the first capture that looks a frame up while the other thread holds the list lock
             // hangs: every capture after it fails, and the holder never runs again.
