@@ -146,11 +146,7 @@ enum ReportText {
             if let index = entry.sample, report.samples.indices.contains(index) {
                 let sample = report.samples[index]
                 if sample.status != .ok { out += "    stack:  \(sample.status.rawValue)\n"; continue }
-                out += "    stack:\n"
-                for frame in sample.frames.prefix(12) where report.frames.indices.contains(frame) {
-                    let described = report.frames[frame]
-                    out += "      \(described.inApp ? ">" : " ") \(described.symbol ?? described.address)\n"
-                }
+                out += "    stack:\n" + frameLines(Array(sample.frames.prefix(12)), report, indent: "      ")
                 if sample.frames.count > 12 { out += "        … \(sample.frames.count - 12) more\n" }
             }
         }

@@ -209,13 +209,7 @@ final class ReportWriter: Sendable {
             }
             if let path = persist(report, client: client, state: &state) {
                 counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed)
-                var event = baseEvent("stall.interim", snapshot)
-                event.durationMs = report.durationMs
-                event.topFrame = report.topFrame?.displayName
-                event.samples = report.samples.count
-                event.report = path
-                event.phase = report.phase
-                log(event, client: client, state: &state)
+                log(ongoingEvent("stall.interim", snapshot, report, path: path), client: client, state: &state)
             }
         case .hang(let snapshot, let action, let afterMs):
             var report = build(snapshot, client: client, state: &state)
@@ -228,13 +222,8 @@ final class ReportWriter: Sendable {
             HangRegistry.shared.noteTopFrame(id: snapshot.id, topFrame: report.topFrame?.displayName)
             let path = persist(report, client: client, state: &state)
             if path != nil { counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed) }
-            var event = baseEvent("stall.hang", snapshot)
+            var event = ongoingEvent("stall.hang", snapshot, report, path: path)
             event.action = action
-            event.phase = report.phase
-            event.durationMs = report.durationMs
-            event.topFrame = report.topFrame?.displayName
-            event.samples = report.samples.count
-            event.report = path
             event.message = action == "abort"
                 ? "hung past hang_abort_after_ms (\(Int(afterMs)) ms): the process ends with SIGABRT"
                 : "hung past systemd_hang_after_ms (\(Int(afterMs)) ms): systemd's watchdog is no longer fed"
@@ -590,6 +579,18 @@ final class ReportWriter: Sendable {
         }
         report.snapshot = StallReport.Snapshot(entries: entries)
         return report
+    }
+
+    /// The event line of a report written while its stall goes on (`stall.interim`, `stall.hang`).
+    private func ongoingEvent(_ name: String, _ snapshot: StallSnapshot, _ report: StallReport,
+                              path: String?) -> StallEvent {
+        var event = baseEvent(name, snapshot)
+        event.durationMs = report.durationMs
+        event.topFrame = report.topFrame?.displayName
+        event.samples = report.samples.count
+        event.report = path
+        event.phase = report.phase
+        return event
     }
 
     private func log(_ event: StallEvent, client: ReportClient, state: inout WriterState) {

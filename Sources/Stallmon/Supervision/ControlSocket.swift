@@ -35,16 +35,10 @@ final class ControlSocket: Sendable {
             client.logger.warning("stallmon: no control socket (snapshots on demand): \(String(cString: strerror(errno)))")
             return nil
         }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+        guard let address = UnixSocketAddress(path) else {
             close(descriptor)
             client.logger.warning("stallmon: no control socket (snapshots on demand): the path \(path) is too long")
             return nil
-        }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in bytes.enumerated() { raw[index] = byte }
         }
         removeStaleSockets(in: directory)
         if ControlSocketClient.isAnswering(path) {
@@ -57,11 +51,7 @@ final class ControlSocket: Sendable {
             return nil
         }
         unlink(path)  // a socket left by an earlier process of this pid (pids are reused)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
+        let bound = address.withSockaddr { bind(descriptor, $0, $1) }
         guard bound == 0, chmod(path, 0o600) == 0, listen(descriptor, 8) == 0 else {
             let reason = String(cString: strerror(errno))
             close(descriptor)

@@ -20,58 +20,40 @@ public enum ControlSocketClient {
 
     /// Whether a process listens at `path` (a connection is accepted, then closed without a request).
     static func isAnswering(_ path: String) -> Bool {
-        guard let descriptor = connected(to: path) else { return false }
+        guard case .success(let descriptor) = connect(to: path) else { return false }
         close(descriptor)
         return true
     }
 
-    private static func connected(to path: String) -> Int32? {
+    private enum ConnectFailure: Error {
+        case tooLong
+        case system(Int32)
+    }
+
+    /// A stream connection to `path` (the caller closes it), or why there is none.
+    private static func connect(to path: String) -> Result<Int32, ConnectFailure> {
+        guard let address = UnixSocketAddress(path) else { return .failure(.tooLong) }
         let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard descriptor >= 0 else { return nil }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+        guard descriptor >= 0 else { return .failure(.system(errno)) }
+        guard address.withSockaddr({ Glibc.connect(descriptor, $0, $1) }) == 0 else {
+            let error = errno
             close(descriptor)
-            return nil
+            return .failure(.system(error))
         }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in bytes.enumerated() { raw[index] = byte }
-        }
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        guard result == 0 else {
-            close(descriptor)
-            return nil
-        }
-        return descriptor
+        return .success(descriptor)
     }
 
     /// Asks the service listening at `path` for a snapshot; waits up to `timeout` for the reply.
     public static func requestSnapshot(at path: String, timeout: Duration = .seconds(15)) -> Outcome {
-        let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard descriptor >= 0 else { return .failure("socket: \(String(cString: strerror(errno)))") }
-        defer { close(descriptor) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+        let descriptor: Int32
+        switch connect(to: path) {
+        case .success(let connected):
+            descriptor = connected
+        case .failure(.tooLong):
             return .failure("the socket path \(path) is too long")
-        }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in bytes.enumerated() { raw[index] = byte }
-        }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        guard connected == 0 else {
-            let reason = String(cString: strerror(errno))
-            switch errno {
+        case .failure(.system(let error)):
+            let reason = String(cString: strerror(error))
+            switch error {
             case ENOENT, ECONNREFUSED:
                 return .failure("no stallmon control socket at \(path) (\(reason)): is the process running a "
                     + "monitor with this report directory and control_socket on?")
@@ -81,6 +63,7 @@ public enum ControlSocketClient {
                 return .failure("cannot connect to \(path): \(reason)")
             }
         }
+        defer { close(descriptor) }
         let seconds = Int(timeout.components.seconds)
         var wait = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &wait, socklen_t(MemoryLayout<timeval>.size))

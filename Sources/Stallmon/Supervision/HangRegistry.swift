@@ -40,7 +40,4 @@ final class HangRegistry: Sendable {
     func oldestHung() -> Entry? {
         entries.withLock { entries in entries.values.filter(\.hung).min { $0.since < $1.since } }
     }
-
-    /// For tests: every entry.
-    var snapshot: [String: Entry] { entries.withLock { $0 } }
 }

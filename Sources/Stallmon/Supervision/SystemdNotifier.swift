@@ -56,8 +56,6 @@ final class SystemdNotifier: Sendable {
     }
 
     private let state = Mutex<State>(State())
-    /// Pings sent, for tests and diagnostics.
-    let pings = Atomic<Int>(0)
 
     /// Whether a notifier thread runs (the monitors then mark hung stalls).
     var isFeeding: Bool { state.withLock { $0.runner != nil } }
@@ -120,7 +118,6 @@ final class SystemdNotifier: Sendable {
                     failing = true
                 } else {
                     failing = false
-                    if message.hasPrefix("WATCHDOG=1") { pings.wrappingAdd(1, ordering: .relaxed) }
                 }
             }
             // CLOCK_MONOTONIC: a wall-clock step (NTP) never delays a ping.
@@ -133,21 +130,10 @@ final class SystemdNotifier: Sendable {
         let descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else { return "socket: \(String(cString: strerror(errno)))" }
         defer { close(descriptor) }
-        var target = sockaddr_un()
-        target.sun_family = sa_family_t(AF_UNIX)
-        var path = Array(address.utf8)
-        if path.first == UInt8(ascii: "@") { path[0] = 0 }  // abstract namespace
-        let capacity = MemoryLayout.size(ofValue: target.sun_path)
-        guard path.count < capacity else { return "the socket address \(address) is too long" }
-        withUnsafeMutableBytes(of: &target.sun_path) { bytes in
-            for (index, byte) in path.enumerated() { bytes[index] = byte }
-        }
-        let length = socklen_t(MemoryLayout<sa_family_t>.size + path.count + (path.first == 0 ? 0 : 1))
+        guard let target = UnixSocketAddress(address) else { return "the socket address \(address) is too long" }
         let bytes = Array(message.utf8)
-        let sent = withUnsafePointer(to: &target) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                sendto(descriptor, bytes, bytes.count, Int32(MSG_NOSIGNAL), address, length)
-            }
+        let sent = target.withSockaddr { address, length in
+            sendto(descriptor, bytes, bytes.count, Int32(MSG_NOSIGNAL), address, length)
         }
         return sent == bytes.count ? nil : "sendto \(address): \(String(cString: strerror(errno)))"
     }

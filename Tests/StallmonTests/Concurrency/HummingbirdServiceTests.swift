@@ -55,24 +55,14 @@ struct HummingbirdServiceTests {
     /// Starts the service in `mode`, sends `paths` one after the other, reads /measurements, stops it.
     static func run(_ mode: String, paths: [String], waitForExit: Bool = false,
                     traffic: (@Sendable (Int) -> Void)? = nil) throws -> Outcome {
-        let root = makeTemporaryDirectory("hummingbird-\(mode)")
-        let child = try ChildProcess(executable, [root + "/reports", root + "/port", mode],
-                                     environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
-                                     stderrPath: root + "/err")
+        let (root, child) = try launch(mode)
         defer { child.kill() }
         var outcome = Outcome()
         if waitForExit {
             _ = child.wait(timeout: .seconds(20))
             outcome.exitCode = child.exitCode
         } else {
-            var port: Int?
-            let deadline = Date().addingTimeInterval(20)
-            while port == nil && Date() < deadline && !child.poll() {
-                port = (try? String(contentsOfFile: root + "/port", encoding: .utf8))
-                    .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-                usleep(20_000)
-            }
-            if let port {
+            if let port = port(of: child, root: root) {
                 outcome.started = true
                 for path in paths { _ = get(path, port: port) }
                 traffic?(port)
@@ -80,12 +70,38 @@ struct HummingbirdServiceTests {
                 outcome.measured = get("/measurements", port: port) ?? ""
             }
         }
+        collect(root, into: &outcome)
+        return outcome
+    }
+
+    /// Starts the service in `mode` in a new scratch directory.
+    static func launch(_ mode: String) throws -> (root: String, child: ChildProcess) {
+        let root = makeTemporaryDirectory("hummingbird-\(mode)")
+        let child = try ChildProcess(executable, [root + "/reports", root + "/port", mode],
+                                     environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
+                                     stderrPath: root + "/err")
+        return (root, child)
+    }
+
+    /// The port the service wrote once it listens, or nil when it exited or 20 s passed first.
+    static func port(of child: ChildProcess, root: String) -> Int? {
+        var port: Int?
+        let deadline = Date().addingTimeInterval(20)
+        while port == nil && Date() < deadline && !child.poll() {
+            port = (try? String(contentsOfFile: root + "/port", encoding: .utf8))
+                .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            usleep(20_000)
+        }
+        return port
+    }
+
+    /// The service's stderr and the reports it left.
+    static func collect(_ root: String, into outcome: inout Outcome) {
         outcome.errors = (try? String(contentsOfFile: root + "/err", encoding: .utf8)) ?? ""
         let directory = root + "/reports"
         outcome.reports = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
             .filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
             .compactMap { try? ReportReader.read(directory + "/" + $0) }
-        return outcome
     }
 
     @Test("blocking async handlers (CPU, a blocking read, a held lock): each reported with its function and worker")
@@ -171,20 +187,10 @@ struct HummingbirdServiceTests {
     /// the README's (`StallMonitorService(…, watching: [app])`) or the one the README once had (the monitor listed
     /// after the application, so a `ServiceGroup`, shutting down in reverse order, stopped it first).
     static func drain(_ mode: String) throws -> (outcome: Outcome, handlerMs: Double?, signal: Int32?) {
-        let root = makeTemporaryDirectory("hummingbird-\(mode)")
-        let child = try ChildProcess(executable, [root + "/reports", root + "/port", mode],
-                                     environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
-                                     stderrPath: root + "/err")
+        let (root, child) = try launch(mode)
         defer { child.kill() }
         var outcome = Outcome()
-        var port: Int?
-        let deadline = Date().addingTimeInterval(20)
-        while port == nil && Date() < deadline && !child.poll() {
-            port = (try? String(contentsOfFile: root + "/port", encoding: .utf8))
-                .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-            usleep(20_000)
-        }
-        guard let port else { return (outcome, nil, nil) }
+        guard let port = port(of: child, root: root) else { return (outcome, nil, nil) }
         outcome.started = true
         let answered = DispatchSemaphore(value: 0)
         let body = Mutex<String?>(nil)
@@ -197,11 +203,7 @@ struct HummingbirdServiceTests {
         _ = answered.wait(timeout: .now() + 10)
         _ = child.wait(timeout: .seconds(15))
         outcome.exitCode = child.exitCode
-        outcome.errors = (try? String(contentsOfFile: root + "/err", encoding: .utf8)) ?? ""
-        let directory = root + "/reports"
-        outcome.reports = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
-            .filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
-            .compactMap { try? ReportReader.read(directory + "/" + $0) }
+        collect(root, into: &outcome)
         let handlerMs = body.withLock { $0 } == "legacy" ? 1500.0 : nil
         return (outcome, handlerMs, child.terminatingSignal)
     }

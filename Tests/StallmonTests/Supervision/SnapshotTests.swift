@@ -14,25 +14,41 @@ import Glibc
 /// each with its stack; two requests at once give two whole reports; another user is refused.
 @Suite(.serialized)
 struct SnapshotTests {
-    @Test func aSnapshotOfAnIdleLoopABusyLoopAndABlockedWorker() async throws {
-        let root = makeTemporaryDirectory("snapshot")
-        let reports = root + "/reports"
+    /// The fixture's `snapshot` scenario writing to `reports`, once it says its loops and worker are in place.
+    static func startFixture(root: String, reports: String) async throws -> ChildProcess {
         let executable = try StallmonExecutable.url(named: "stallmon-async-fixture").path
         let child = try ChildProcess(executable, ["snapshot", reports, "100"],
                                      environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
                                      stderrPath: root + "/err")
-        defer {
-            FileManager.default.createFile(atPath: root + "/release", contents: nil)
-            _ = child.wait(timeout: .seconds(10))
-            child.kill()
-        }
         let ready = try await offThePool {
             eventually(timeout: .seconds(20)) {
                 ((try? String(contentsOfFile: root + "/out", encoding: .utf8)) ?? "").contains("ready")
             }
         }
-        let childErrors = (try? String(contentsOfFile: root + "/err", encoding: .utf8)) ?? ""
-        try #require(ready, "\(childErrors)")
+        guard ready else {
+            release(child, root: root)
+            let errors = (try? String(contentsOfFile: root + "/err", encoding: .utf8)) ?? ""
+            throw FixtureNotReady(description: "the fixture never said ready: \(errors)")
+        }
+        return child
+    }
+
+    struct FixtureNotReady: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Lets the fixture finish (its release file), then makes sure it is gone.
+    static func release(_ child: ChildProcess, root: String) {
+        FileManager.default.createFile(atPath: root + "/release", contents: nil)
+        _ = child.wait(timeout: .seconds(10))
+        child.kill()
+    }
+
+    @Test func aSnapshotOfAnIdleLoopABusyLoopAndABlockedWorker() async throws {
+        let root = makeTemporaryDirectory("snapshot")
+        let reports = root + "/reports"
+        let child = try await Self.startFixture(root: root, reports: reports)
+        defer { Self.release(child, root: root) }
         let pid = child.pid
         let socket = ControlSocketClient.path(directory: reports, pid: pid)
         var status = stat()
@@ -103,21 +119,8 @@ struct SnapshotTests {
         let root = makeTemporaryDirectory("snapshot-other-user")
         chmod(root, 0o755)
         let reports = root + "/reports"
-        let executable = try StallmonExecutable.url(named: "stallmon-async-fixture").path
-        let child = try ChildProcess(executable, ["snapshot", reports, "100"],
-                                     environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
-                                     stderrPath: root + "/err")
-        defer {
-            FileManager.default.createFile(atPath: root + "/release", contents: nil)
-            _ = child.wait(timeout: .seconds(10))
-            child.kill()
-        }
-        let ready = try await offThePool {
-            eventually(timeout: .seconds(20)) {
-                ((try? String(contentsOfFile: root + "/out", encoding: .utf8)) ?? "").contains("ready")
-            }
-        }
-        try #require(ready)
+        let child = try await Self.startFixture(root: root, reports: reports)
+        defer { Self.release(child, root: root) }
         let pid = child.pid
         let stallmon = try StallmonExecutable.url().path
         func asNobody(_ output: String) async throws -> (status: Int32?, printed: String) {

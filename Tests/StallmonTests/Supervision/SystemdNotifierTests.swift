@@ -19,18 +19,9 @@ final class NotifySocket: @unchecked Sendable {
         guard descriptor >= 0 else { throw POSIXError(.EIO) }
         let name = "stallmon-notify-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         address = abstract ? "@" + name : NSTemporaryDirectory() + name + ".sock"
-        var local = sockaddr_un()
-        local.sun_family = sa_family_t(AF_UNIX)
-        var path = Array(address.utf8)
-        if abstract { path[0] = 0 }
-        withUnsafeMutableBytes(of: &local.sun_path) { bytes in
-            for (index, byte) in path.enumerated() { bytes[index] = byte }
+        guard let local = UnixSocketAddress(address), local.withSockaddr({ bind(descriptor, $0, $1) }) == 0 else {
+            throw POSIXError(.EADDRINUSE)
         }
-        let length = socklen_t(MemoryLayout<sa_family_t>.size + path.count + (abstract ? 0 : 1))
-        let bound = withUnsafePointer(to: &local) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) }
-        }
-        guard bound == 0 else { throw POSIXError(.EADDRINUSE) }
     }
 
     deinit {
