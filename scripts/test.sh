@@ -39,4 +39,30 @@ export REQUIRE_HUMMINGBIRD_SERVICE=1
 # Dockerfiles build: the global executor's hooks must be found where dlsym finds nothing.
 swift build --static-swift-stdlib --product stallmon-async-fixture --scratch-path .build-static
 export REQUIRE_STATIC_FIXTURE=1
-swift test --skip-build "$@"
+# A bound on the run: a test that deadlocks must fail here with the evidence (every thread's stack), not run into CI's
+# own time limit with nothing to show. The whole suite takes under 3 minutes here once built.
+limit="${TEST_TIME_LIMIT_SECONDS:-1500}"
+swift test --skip-build "$@" &
+tests=$!
+(
+    # Polls rather than one long sleep: it ends within a second of the tests, holding no output open after them.
+    for ((waited = 0; waited < limit; waited++)); do
+        sleep 1
+        kill -0 "$tests" 2>/dev/null || exit 0
+    done
+    printf "\n" >&2
+    echo "test: the tests still run after $limit s (a hang): every thread of the test process, then killed" >&2
+    for pid in $(pgrep -f 'PackageTests.xctest'); do
+        if command -v gdb >/dev/null; then
+            gdb -p "$pid" -batch -ex 'thread apply all bt 16' 2>/dev/null | grep -E '^(Thread|#)' >&2
+        else
+            for task in /proc/"$pid"/task/*; do echo "thread ${task##*/} $(cat "$task"/comm) in $(cat "$task"/wchan)"; done >&2
+        fi
+        kill -9 "$pid"
+    done
+) &
+watchdog=$!
+status=0
+wait "$tests" || status=$?
+wait "$watchdog" || true
+exit "$status"

@@ -217,9 +217,10 @@ void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
             slot->unknown_image = 0;
             // With the image table, unwinding never calls the loader, so a thread inside it (dlopen, dlclose,
             // dl_iterate_phdr) is unwound like any other, with one exception: a thread holding the loader's list
-            // lock (when found) is still skipped. libunwind's register-state cache mutex may be held by a thread of
-            // the application that unwinds with libunwind itself, outside stallmon, and waits for that list lock.
-            // It also spares dlclose's own thread while it unmaps objects the table may still list.
+            // lock (when found) is still skipped: it spares dlclose's own thread while it unmaps objects the table
+            // may still list. (libunwind's register-state cache mutex, which unwind_into takes, may be held by a
+            // thread of the application unwinding with libunwind itself; that thread never waits long for the list
+            // lock: image_table.c, iterate_outside_handler.)
             // Without the table (libunwind's relocations not found), the old guard stays whole.
             const int use_table = g_state.unwinder_uses_table && !atomic_load(&g_state.through_loader);
             if (use_table) {

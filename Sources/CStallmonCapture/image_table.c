@@ -17,6 +17,9 @@
 #include "capture_state.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
 #include <elf.h>
 #include <link.h>
 #include <stdlib.h>
@@ -414,12 +417,9 @@ int cstallmon_table_range_of(uintptr_t address, uintptr_t *low_out, uintptr_t *h
     return 1;
 }
 
-// Async-signal-safe inside our handler (reads of the table, and libunwind's callback); outside it, exactly
-// dl_iterate_phdr. libunwind.so's GOT slot for dl_iterate_phdr points here once cstallmon_table_patch_unwinder ran.
-static int table_dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *), void *data) {
-    if (!tls_in_handler || atomic_load_explicit(&g_state.through_loader, memory_order_relaxed)) {
-        return dl_iterate_phdr(callback, data);
-    }
+// Async-signal-safe (reads of the immutable table, and libunwind's callback). Serves `callback` the table's images
+// as dl_iterate_phdr would, skipping those found stale.
+static int walk_table(int (*callback)(struct dl_phdr_info *, size_t, void *), void *data) {
     const image_table *table = atomic_load(&g_table);
     if (!table) return 0;  // nothing known: libunwind falls back to its frame-chain heuristic
     for (size_t index = 0; index < table->image_count; index++) {
@@ -437,6 +437,51 @@ static int table_dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, 
         if (result != 0) return result;
     }
     return 0;
+}
+
+// How long a thread outside our handler tries for the loader's list lock before it walks the table instead.
+#define CSTALLMON_LOADER_TRY_NS 1000000ull
+
+// NOT async-signal-safe (outside our handler only). libunwind calls dl_iterate_phdr with its register-state cache
+// mutex held, the mutex our handler takes too. A thread of the application unwinding with libunwind itself (Swift
+// Testing does, for every thrown error) that waited here for the loader's list lock, held by a thread that waits for
+// a lock the sampled thread holds, would keep that handler waiting for ever (seen as a hang of the test suite). So the
+// list lock is only tried, for at most CSTALLMON_LOADER_TRY_NS: taken, the loader answers (dl_iterate_phdr takes the
+// recursive lock again); still busy, the table answers, as it does in the handler (an object loaded since its last
+// refresh is then unknown to that one lookup). Without the lock's address the cache is off (install.c) and this is
+// exactly dl_iterate_phdr.
+static int iterate_outside_handler(int (*callback)(struct dl_phdr_info *, size_t, void *), void *data) {
+    pthread_mutex_t *lock = (pthread_mutex_t *)(uintptr_t)g_state.load_write_lock;
+    if (!lock) return dl_iterate_phdr(callback, data);
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        if (pthread_mutex_trylock(lock) == 0) {
+            const int result = dl_iterate_phdr(callback, data);
+            pthread_mutex_unlock(lock);
+            return result;
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        const uint64_t waited = (uint64_t)(now.tv_sec - start.tv_sec) * 1000000000ull + (uint64_t)now.tv_nsec
+                                - (uint64_t)start.tv_nsec;
+        if (waited >= CSTALLMON_LOADER_TRY_NS) break;
+        sched_yield();
+    }
+    atomic_fetch_add(&g_table_readers, 1);  // the table is not freed while it is walked
+    const int result = walk_table(callback, data);
+    atomic_fetch_sub(&g_table_readers, 1);
+    return result;
+}
+
+// libunwind.so's GOT slot for dl_iterate_phdr points here once cstallmon_table_patch_unwinder ran. Inside our handler
+// (async-signal-safe): the table. Outside it: the loader, never waited for long (iterate_outside_handler).
+// (The bench's and the fault suite's through-the-loader mode, the design before the table, is exactly dl_iterate_phdr
+// for everyone: its handler does not count itself in.)
+static int table_dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *), void *data) {
+    if (atomic_load_explicit(&g_state.through_loader, memory_order_relaxed)) return dl_iterate_phdr(callback, data);
+    if (!tls_in_handler) return iterate_outside_handler(callback, data);
+    return walk_table(callback, data);
 }
 
 // MARK: - Pointing libunwind at the table (NOT async-signal-safe: once, at install)

@@ -185,16 +185,17 @@ int cstallmon_install(int signal_number, char *error_buffer, size_t error_buffer
         cstallmon_table_patch_unwinder() == 0) {
         g_state.unwinder_uses_table = 1;
     }
-    // libunwind's register-state cache makes a sample ~10x cheaper, and its fast trace (the per-thread cache of
+    // libunwind's register-state cache makes a sample ~100x cheaper, and its fast trace (the per-thread cache of
     // frame shapes that keeps the handler under a microsecond) works only with it; but Debian's libunwind has no
     // per-thread register-state caches: the cache sits behind one global mutex, taken with every signal blocked,
-    // and held while libunwind looks up unwind tables. With the image table, a handler holding it waits for nothing.
-    // The fault suite once deadlocked on it when lookups went through the loader: a thread holding the loader's list
-    // lock waited in our handler for the cache mutex while its holder, another thread unwinding, waited in
-    // dl_iterate_phdr for the list lock. Without the table and without the list lock's address (an unknown
-    // glibc), the cache stays off and the handler path takes no libunwind lock.
-    unw_set_caching_policy(unw_local_addr_space, g_state.unwinder_uses_table || g_state.load_write_lock
-                                                     ? UNW_CACHE_GLOBAL : UNW_CACHE_NONE);
+    // and held while libunwind looks up unwind tables (dl_iterate_phdr). With the table, a handler holding it waits
+    // for nothing; a thread outside the handler holding it (the application's own unwinding) never waits long for
+    // the loader's list lock either, which takes that lock's address (image_table.c, iterate_outside_handler). The
+    // suite once deadlocked on each: a thread holding the loader's list lock waited for a lock of the sampled thread,
+    // whose handler waited for the cache mutex while its holder waited in dl_iterate_phdr for the list lock (first
+    // the handler's own lookups, later Swift Testing's backtrace of a thrown error). Without the lock's address (an
+    // unknown glibc) the cache stays off, and the handler path takes no libunwind lock.
+    unw_set_caching_policy(unw_local_addr_space, g_state.load_write_lock ? UNW_CACHE_GLOBAL : UNW_CACHE_NONE);
     prime_unwinder();
 
     struct sigaction action;

@@ -149,6 +149,88 @@ final class HeldLock: @unchecked Sendable {
     }
 }
 
+/// The threads of the "unwinder-loader" scenario: a lock the loop thread holds while it stalls, a thread that waits
+/// for that lock inside `dl_iterate_phdr` (holding the loader's list lock, as `dlclose` does while it frees memory),
+/// and a thread of the application unwinding itself with libunwind, its caches flushed before each backtrace so that
+/// every one looks up unwind tables through `dl_iterate_phdr`.
+final class LoaderHazard: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    let stopped = Atomic<Bool>(false)
+    let backtraces = Atomic<Int>(0)
+    let frames = Atomic<Int>(0)
+    let iterations = Atomic<Int>(0)
+
+    init() {
+        pthread_mutex_init(mutex, nil)
+    }
+
+    @inline(never)
+    func holdTheLockAndSpin(milliseconds: Int) {
+        pthread_mutex_lock(mutex)
+        _ = AsyncStalls.spinCPU(milliseconds: milliseconds)
+        pthread_mutex_unlock(mutex)
+    }
+
+    func startTheLoaderWaiter() {
+        typealias Callback = @convention(c) (OpaquePointer?, Int, UnsafeMutableRawPointer?) -> Int32
+        typealias IteratePhdr = @convention(c) (Callback, UnsafeMutableRawPointer?) -> Int32
+        // The loader's own function (dlsym), not libunwind's view of it.
+        let iterate = unsafeBitCast(dlsym(nil, "dl_iterate_phdr"), to: IteratePhdr.self)
+        nonisolated(unsafe) let context = UnsafeMutableRawPointer(mutex)
+        Thread.detachNewThread { [self] in
+            while !stopped.load(ordering: .relaxed) {
+                _ = iterate({ _, _, context in
+                    let lock = context!.assumingMemoryBound(to: pthread_mutex_t.self)
+                    pthread_mutex_lock(lock)
+                    pthread_mutex_unlock(lock)
+                    return 1
+                }, context)
+                iterations.wrappingAdd(1, ordering: .relaxed)
+                usleep(1_000)
+            }
+        }
+    }
+
+    /// Steps through its own stack frame by frame, as an application's own use of libunwind does, after flushing
+    /// libunwind's caches: every step looks its frame up again (through `dl_iterate_phdr`, holding the cache mutex).
+    func startTheApplicationUnwinder() {
+        typealias GetContext = @convention(c) (UnsafeMutableRawPointer?) -> Int32
+        typealias InitLocal = @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32
+        typealias Step = @convention(c) (UnsafeMutableRawPointer?) -> Int32
+        typealias FlushCache = @convention(c) (OpaquePointer?, UInt, UInt) -> Void
+        guard let getContextSymbol = dlsym(nil, "_Ux86_64_getcontext"),
+              let initLocalSymbol = dlsym(nil, "_ULx86_64_init_local"),
+              let stepSymbol = dlsym(nil, "_ULx86_64_step"),
+              let flushSymbol = dlsym(nil, "_Ux86_64_flush_cache"),
+              let addressSpace = dlsym(nil, "_ULx86_64_local_addr_space") else {
+            say("error libunwind's local unwinder (x86_64) not found")
+            exit(4)
+        }
+        let getContext = unsafeBitCast(getContextSymbol, to: GetContext.self)
+        let initLocal = unsafeBitCast(initLocalSymbol, to: InitLocal.self)
+        let step = unsafeBitCast(stepSymbol, to: Step.self)
+        let flush = unsafeBitCast(flushSymbol, to: FlushCache.self)
+        nonisolated(unsafe) let space = addressSpace.load(as: OpaquePointer?.self)
+        Thread.detachNewThread { [self] in
+            // unw_context_t and unw_cursor_t are under 1.2 KiB on x86_64.
+            let context = UnsafeMutableRawPointer.allocate(byteCount: 4096, alignment: 64)
+            let cursor = UnsafeMutableRawPointer.allocate(byteCount: 4096, alignment: 64)
+            while !stopped.load(ordering: .relaxed) {
+                flush(space, 0, 0)
+                guard getContext(context) == 0, initLocal(cursor, context) == 0 else { continue }
+                var depth = 0
+                while depth < 64 && step(cursor) > 0 { depth += 1 }
+                frames.wrappingAdd(depth, ordering: .relaxed)
+                backtraces.wrappingAdd(1, ordering: .relaxed)
+            }
+        }
+    }
+
+    func stop() {
+        stopped.store(true, ordering: .relaxed)
+    }
+}
+
 actor Ledger {
     let lock = HeldLock()
 
@@ -387,6 +469,37 @@ case "twice":
     second.start()
     await Task.detached { measured("cpu") { _ = AsyncStalls.spinCPU(milliseconds: 2 * thresholdMs) } }.value
     second.stop()
+
+case "unwinder-loader":
+    // A thread of the application that unwinds with libunwind itself (as Swift Testing does for every thrown error)
+    // while a thread holding the loader's list lock waits for a lock the stalled loop thread holds: the handler must
+    // not wait for that unwinding thread, which waits for the loader. Prints "done" when every stall ended.
+    let loop = try Looper(name: "unwinder-loop")
+    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs), reportDirectory: reportDirectory)
+    configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
+    let loopMonitor = try StallMonitor(loop: loop, configuration: configuration)
+    loopMonitor.start()
+    Thread.detachNewThread { loop.run(for: .seconds(30)) }
+    let held = LoaderHazard()
+    held.startTheLoaderWaiter()
+    held.startTheApplicationUnwinder()
+    let stalls = 4
+    for round in 0..<stalls {
+        // One stall at a time, with idle time between them: each is a stall of its own.
+        let ended = DispatchSemaphore(value: 0)
+        loop.perform(label: "unwinder.stall") {
+            measured("unwinder\(round)") { held.holdTheLockAndSpin(milliseconds: 3 * thresholdMs) }
+            ended.signal()
+        }
+        ended.wait()
+        usleep(UInt32(2 * thresholdMs * 1000))
+    }
+    held.stop()
+    usleep(UInt32(2 * thresholdMs * 1000))
+    loop.stop()
+    loopMonitor.stop()
+    say("done \(held.backtraces.load(ordering: .relaxed)) backtraces of \(held.frames.load(ordering: .relaxed)) frames, "
+        + "\(held.iterations.load(ordering: .relaxed)) loader walks")
 
 case "nio-takeover":
     // NIO's executor take-over first: the global executor's hook is then NIO's.

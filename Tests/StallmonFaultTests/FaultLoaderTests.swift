@@ -125,6 +125,43 @@ extension FaultTests {
             #expect(loader.ok < 100 && !loader.progressed, "through the loader the holder hangs: \(loader.line)")
         }
 
+        /// The third party of the hazard: a thread of the application that unwinds with libunwind itself (Swift
+        /// Testing does, for every thrown error) holds libunwind's cache mutex while it waits in `dl_iterate_phdr`
+        /// for the loader's list lock; the list lock's holder waits for a lock the stalled loop thread holds; the
+        /// loop thread is sampled, and its handler needs the cache mutex. Seen once as a hang of the whole suite
+        /// (CI, then here: the stalled thread in the handler waiting for the mutex for good). Run in a child process
+        /// (`stallmon-async-fixture unwinder-loader`), so that a deadlock fails this test instead of hanging the
+        /// suite: every stall must end and be reported with the stalled function on top.
+        @Test func anApplicationThreadUnwindingThroughTheLoaderNeverHoldsUpTheHandler() throws {
+            #if arch(x86_64)
+            let fixture = try StallmonExecutable.url(named: "stallmon-async-fixture").path
+            let directory = makeTemporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let output = directory + "/out"
+            let reports = directory + "/reports"
+            let child = try ChildProcess(fixture, ["unwinder-loader", reports, "100"],
+                                         environment: StallmonExecutable.environment(), stdoutPath: output,
+                                         stderrPath: directory + "/err")
+            let finished = child.wait(timeout: .seconds(60))
+            if !finished { child.kill() }
+            let printed = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+            let errors = (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? ""
+            try #require(finished, "the fixture hung (a handler waiting for the unwinding thread?): \(printed)")
+            #expect(child.exitCode == 0, "\(printed) \(errors)")
+            let done = printed.split(separator: "\n").first { $0.hasPrefix("done ") } ?? ""
+            #expect(!done.isEmpty, "\(printed)")
+            print("Fault application unwinder beside the loader hazard: \(done)")
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: reports)) ?? []
+            let found = names.filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
+                .compactMap { try? ReportReader.read(reports + "/" + $0) }
+            #expect(found.count == 4, "one report per stall: \(found.map { $0.topFrame?.symbol ?? "-" })")
+            let symbolized = found.filter { report in
+                report.frames.contains { $0.symbol?.contains("holdTheLockAndSpin") == true }
+            }
+            #expect(symbolized.count == found.count, "the stalled function in every report")
+            #endif
+        }
+
         /// A library loaded after the monitor started is unwound through (its frames, then the caller's), and once
         /// it is unloaded the table no longer lists it.
         @Test func aLibraryLoadedLaterIsUnwoundThroughAndForgottenWhenUnloaded() throws {

@@ -321,9 +321,9 @@ struct StackCaptureTests {
 
     /// The unwinder reads stallmon's image table, not the loader's list, so unwinding a thread that holds the
     /// list lock (inside dl_iterate_phdr's callback) would not wait for it. It is still skipped while the lock's
-    /// address is known: libunwind's cache mutex may be held by a thread of the application that unwinds with
-    /// libunwind itself and waits for that lock. A thread in such a callback without the lock's address, and a
-    /// thread interrupted in loader code that does not hold the lock, are unwound (the tests below).
+    /// address is known: it spares dlclose's own thread while it unmaps objects the table may still list. A thread
+    /// in such a callback without the lock's address, and a thread interrupted in loader code that does not hold the
+    /// lock, are unwound (the tests below).
     @Test func aThreadHoldingTheLoaderListLockIsNotUnwound() throws {
         let signalNumber = try Self.installDefaultSignal()
         defer { cstallmon_release() }
@@ -345,16 +345,19 @@ struct StackCaptureTests {
             }, nil)
             finished.signal()
         }
+        // Whatever fails below, the thread leaves the loader's lock: every other test of the process needs it.
+        defer {
+            stopSpinningInLoader.store(true, ordering: .relaxed)
+            #expect(finished.wait(timeout: .now() + 10) == .success, "the spinning thread left the loader")
+        }
         while tid.load(ordering: .acquiring) == 0 { usleep(1000) }
         usleep(20_000)  // inside the callback by now
         let slot = cstallmon_slot_acquire(tid.load(ordering: .acquiring))
         try #require(slot >= 0)
+        defer { cstallmon_slot_release(slot) }
         let capturer = StackCapturer(slot: slot, maxFrames: 64, timeout: .milliseconds(200))
         #expect(cstallmon_unwinder_uses_image_table() == 1)
         let samples = (0..<5).map { _ in capturer.capture(labelID: 0) }
-        stopSpinningInLoader.store(true, ordering: .relaxed)
-        finished.wait()
-        cstallmon_slot_release(slot)
         #expect(samples.allSatisfy { $0.status == .inLoader }, "\(samples.map(\.status))")
     }
 }
