@@ -184,7 +184,9 @@ extension DemoDrivenTests {
         func freeze() async throws {
             try await withTemporaryDirectory { temporary in
                 let directory = temporary.path("reports")
-                let demo = try RunningCLI(["demo", "--seconds", "4", "--stalls", "none", "--busy-ms", "30",
+                // 8 s: on a loaded machine the monitor has been seen to start 3 s after the launch, and the demo's
+                // run counts from its launch.
+                let demo = try RunningCLI(["demo", "--seconds", "8", "--stalls", "none", "--busy-ms", "30",
                                            "--report-dir", directory], workingDirectory: temporary.url)
                 defer { demo.cleanUp() }
                 let pid = demo.process.processIdentifier
@@ -304,7 +306,9 @@ extension DemoDrivenTests {
         func aFrozenProcessIsNotAborted() async throws {
             try await withTemporaryDirectory { temporary in
                 let directory = temporary.path("reports")
-                let demo = try RunningCLI(["demo", "--seconds", "4", "--stalls", "none", "--busy-ms", "30",
+                // 8 s: on a loaded machine the monitor has been seen to start 3 s after the launch, and the demo's
+                // run counts from its launch.
+                let demo = try RunningCLI(["demo", "--seconds", "8", "--stalls", "none", "--busy-ms", "30",
                                            "--report-dir", directory],
                                           environment: Self.environment(["STALLMON_HANG_ACTION": "abort",
                                                                          "STALLMON_HANG_ABORT_AFTER_MS": "1000"]),

@@ -19,8 +19,12 @@ struct NIOStallMonitorTests {
     /// What a tick may add to the stalling code's own time, in ms: the rest of the tick's work in a debug build
     /// (5 ms), plus the time the loop thread waited for a CPU (the report's `runDelayMs`), which a parallel test run
     /// on 2 cores can add after the stalling code measured itself and before the loop reached epoll_wait.
+    /// How much longer than the handler's own figure a tick may be reported: the tick's own work around the handler
+    /// (debug NIO reading, decoding and answering the request) plus the time the loop thread waited for a CPU. The
+    /// run delay is read for the stall's window only, so a thread preempted just after the handler returned adds a
+    /// little more: a run of the whole suite saw 211 ms reported for a 202 ms sleep with no run delay recorded.
     static func slack(_ report: StallReport) -> Double {
-        5.0 + (report.threadStats?.runDelayMs ?? 0)
+        15.0 + (report.threadStats?.runDelayMs ?? 0)
     }
 
     func configuration(_ directory: String) -> StallMonitorConfiguration {

@@ -197,7 +197,10 @@ struct ConcurrencyStallMonitorTests {
             let stack = (culprit?.hottestStack?.frames ?? []).map { report.frames[$0].symbol ?? "" }
             #expect(stack.contains { $0.contains("Starvation.holdTheWorker") }, "\(stack)")
             // Busy until the starvation ended (the first blocker to finish freed a worker) or its own end, if sooner.
-            #expect(culprit.map { $0.busyMs >= starvation.saturatedMs - 1 && $0.busyMs <= measured.milliseconds + 2 }
+            // The saturation counts from the canary's send when that came first: on a loaded machine the canary can
+            // be queued a few milliseconds before the last blocker's worker woke up and took it (seen in CI: busy
+            // 300.3 ms, saturated 302.4 ms), hence the slack below the saturation.
+            #expect(culprit.map { $0.busyMs >= starvation.saturatedMs - 10 && $0.busyMs <= measured.milliseconds + 2 }
                         == true,
                     "\(name): busy \(culprit?.busyMs ?? 0), saturated \(starvation.saturatedMs), measured \(measured.milliseconds)")
         }
