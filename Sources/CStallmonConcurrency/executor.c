@@ -137,7 +137,10 @@ typedef struct {
     _Atomic uintptr_t job;
     // The job statistics of this probe's workers (allocated at the probe's first claim and kept for later threads).
     struct worker_stats *_Atomic stats;
-    char padding[128 - 88];  // one probe per pair of cache lines: workers never share a line
+    // The odd sequence of a job a reader (the watchdog) saw running. With pool_statistics = off the worker reads the
+    // clock at a job's end only for that job: only a job seen running can have become a stall.
+    _Atomic uint64_t seen_running;
+    char padding[128 - 96];  // one probe per pair of cache lines: workers never share a line
 } worker_probe;
 
 _Static_assert(sizeof(worker_probe) == 128, "a probe is two cache lines");
@@ -484,9 +487,18 @@ static inline __attribute__((always_inline)) job_timing job_begins(worker_probe 
     return timing;
 }
 
-// After the job: its end stamped, then counted.
+// After the job: its end stamped, then counted. With pool_statistics = off, a job no reader saw running ends with
+// the even sequence alone (no clock read): it cannot have been a stall, since the watchdog reads every worker well
+// within the threshold. A job seen running reads the end as always, and leaves its exact begin and end if it ran long.
+// (A job whose end races the reader's mark, the reader preempted between its read and its mark for about the
+// threshold, ends unmarked: its stall is still reported, its end then what the watchdog saw, not exact.)
 static inline __attribute__((always_inline)) void job_ends(worker_probe *probe, struct worker_stats *stats,
                                                           job_timing timing) {
+    if (__builtin_expect(!atomic_load_explicit(&g_state.statistics, memory_order_relaxed), 0) &&
+        atomic_load_explicit(&probe->seen_running, memory_order_relaxed) != timing.sequence + 1) {
+        atomic_store_explicit(&probe->sequence, timing.sequence + 2, memory_order_release);
+        return;
+    }
     uint64_t end = job_clock_now();
     uint64_t threshold = atomic_load_explicit(&g_state.threshold_ticks, memory_order_relaxed);
     bool ran_long = end - timing.begin >= threshold && end > timing.begin;
@@ -706,6 +718,10 @@ int cstallmon_worker_read(int index, cstallmon_worker_reading *out) {
         atomic_thread_fence(memory_order_acquire);
         uint64_t after = atomic_load_explicit(&probe->sequence, memory_order_relaxed);
         if (before == after) {
+            // Seen running: the worker reads this job's end (pool_statistics = off; see job_ends).
+            if ((before & 1) && atomic_load_explicit(&probe->seen_running, memory_order_relaxed) != before) {
+                atomic_store_explicit(&probe->seen_running, before, memory_order_relaxed);
+            }
             out->sequence = before;
             out->job_since = (before & 1) ? ticks_to_ns(since) : since;
             out->task_id = task_id;

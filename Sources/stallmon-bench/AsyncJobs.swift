@@ -192,40 +192,49 @@ struct AsyncJobs {
         let rounds = quick ? 2 : 7
         let operations = quick ? 200_000 : 1_000_000
         print("\n8a. Swift Concurrency, CPU time of the job threads per operation (a yield, an actor call, a child task), monitor "
-            + "off → on (\(operations) operations, \(rounds) alternating pairs of child processes per workload)")
+            + "off → on, and on with pool_statistics = off (\(operations) operations, \(rounds) rounds of three child "
+            + "processes per workload, in rotating order)")
+        let sides = ["off", "on", "lean"]
         for workload in Self.workloads {
             var off: [Double] = []
-            var on: [Double] = []
-            var added: [Double] = []
+            var on: [String: [Double]] = [:]
+            var added: [String: [Double]] = [:]
             var jobsPerOperation: [Double] = []
             for round in 0..<rounds {
-                // Alternate which runs first, so drift over the run does not favour one side.
-                let order = round % 2 == 0 ? [false, true] : [true, false]
-                var pair: [Bool: AsyncChild.Measurement] = [:]
-                for monitored in order {
-                    pair[monitored] = try Self.child(["--workload", workload, "--monitor", monitored ? "on" : "off",
-                                                      "--count", String(operations),
-                                                      "--report-dir", scratch + "/async-cost"])
+                // Rotate which runs first, so drift over the run does not favour one side.
+                let order = (0..<sides.count).map { sides[($0 + round) % sides.count] }
+                var measured: [String: AsyncChild.Measurement] = [:]
+                for side in order {
+                    measured[side] = try Self.child(["--workload", workload, "--monitor", side,
+                                                     "--count", String(operations),
+                                                     "--report-dir", scratch + "/async-cost"])
                 }
-                guard let plain = pair[false], let watched = pair[true], watched.jobs > 0 else { continue }
+                guard let plain = measured["off"], let watched = measured["on"], watched.jobs > 0 else { continue }
                 // Per operation: an actor call on a free actor switches to it without enqueueing a job, so jobs
-                // are not what both sides share; the monitored run counts the jobs the hooks saw.
+                // are not what the sides share; the monitored run counts the jobs the hooks saw.
                 off.append(Double(plain.cpuNanoseconds) / Double(operations))
-                on.append(Double(watched.cpuNanoseconds) / Double(operations))
-                added.append(on.last! - off.last!)
+                for side in ["on", "lean"] {
+                    guard let monitored = measured[side] else { continue }
+                    on[side, default: []].append(Double(monitored.cpuNanoseconds) / Double(operations))
+                    added[side, default: []].append(on[side]!.last! - off.last!)
+                }
                 jobsPerOperation.append(Double(watched.jobs) / Double(operations))
             }
             let offMedian = Stats.median(off)
-            let addedMedian = Stats.median(added)
             let jobs = Stats.median(jobsPerOperation)
-            results.add(Figure(section: "async", name: "\(workload): CPU per operation, off → on", value: Stats.median(on),
-                               unit: "ns", peerName: "off", peer: offMedian,
-                               note: "pairs: " + added.map { String(format: "%.1f", $0) }.joined(separator: ", ")
-                                   + String(format: "; %.2f jobs per operation", jobs)))
-            results.add(Figure(section: "async", name: "\(workload): added per operation (median of pairs)",
-                               value: addedMedian, unit: "ns", ratio: addedMedian / offMedian * 100,
-                               ratioMeaning: "% slower", target: "≤ 2 %",
-                               note: jobs > 0 ? String(format: "%.1f ns per job", addedMedian / jobs) : nil))
+            for side in ["on", "lean"] {
+                let sideAdded = added[side] ?? []
+                let addedMedian = Stats.median(sideAdded)
+                let mode = side == "on" ? "" : " (pool_statistics = off)"
+                results.add(Figure(section: "async", name: "\(workload): CPU per operation, off → on\(mode)",
+                                   value: Stats.median(on[side] ?? []), unit: "ns", peerName: "off", peer: offMedian,
+                                   note: "pairs: " + sideAdded.map { String(format: "%.1f", $0) }.joined(separator: ", ")
+                                       + String(format: "; %.2f jobs per operation", jobs)))
+                results.add(Figure(section: "async", name: "\(workload): added per operation\(mode) (median of pairs)",
+                                   value: addedMedian, unit: "ns", ratio: addedMedian / offMedian * 100,
+                                   ratioMeaning: "% slower", target: "≤ 2 %",
+                                   note: jobs > 0 ? String(format: "%.1f ns per job", addedMedian / jobs) : nil))
+            }
             print(String(format: "     (%.2f jobs per operation)", jobs))
         }
     }
@@ -233,10 +242,19 @@ struct AsyncJobs {
     // MARK: Detection
 
     private func detection(_ results: Results) throws {
+        try detection(results, side: "on")
+        // pool_statistics = off reads a job's end only for jobs the watchdog saw running: the durations must stay
+        // as exact.
+        try detection(results, side: "lean")
+    }
+
+    private func detection(_ results: Results, side: String) throws {
         let stalls = quick ? 40 : 200
-        print("\n8b. \(stalls) injected async stalls (threshold 50 ms, half just under), stallmon beside a heartbeat task")
-        let directory = scratch + "/async-detection"
-        let measurement = try Self.child(["--workload", "stalls", "--monitor", "on", "--count", String(stalls),
+        let mode = side == "on" ? "" : " (pool_statistics = off)"
+        print("\n8b. \(stalls) injected async stalls (threshold 50 ms, half just under), stallmon\(mode) beside a "
+            + "heartbeat task")
+        let directory = scratch + "/async-detection-\(side)"
+        let measurement = try Self.child(["--workload", "stalls", "--monitor", side, "--count", String(stalls),
                                           "--report-dir", directory])
         let reports = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
             .filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
@@ -264,17 +282,17 @@ struct AsyncJobs {
         let precision = reports.isEmpty ? .nan : Double(matched.count) / Double(reports.count) * 100
         let heartbeat = measurement.heartbeat
         let heartbeatHits = over.filter { stall in heartbeat.contains { abs(Int64($0) - Int64(stall.begin)) < Int64(stall.milliseconds * 1e6) + 20_000_000 } }.count
-        results.add(Figure(section: "async", name: "stalls over the threshold: recall", value: recall, unit: "%",
+        results.add(Figure(section: "async", name: "stalls over the threshold: recall\(mode)", value: recall, unit: "%",
                            peerName: "heartbeat", peer: over.isEmpty ? .nan : Double(heartbeatHits) / Double(over.count) * 100,
                            target: "≥ 99 %"))
-        results.add(Figure(section: "async", name: "precision (reports that were real stalls)", value: precision,
+        results.add(Figure(section: "async", name: "precision (reports that were real stalls)\(mode)", value: precision,
                            unit: "%", target: "≥ 99 %", note: "\(falsePositives) false, \(reports.count) reports"))
-        results.add(Figure(section: "async", name: "detection delay after the crossing, p50", value: Stats.median(delays),
+        results.add(Figure(section: "async", name: "detection delay after the crossing, p50\(mode)", value: Stats.median(delays),
                            unit: "ms"))
-        results.add(Figure(section: "async", name: "detection delay after the crossing, p99",
+        results.add(Figure(section: "async", name: "detection delay after the crossing, p99\(mode)",
                            value: Stats.percentile(delays, 0.99), unit: "ms", target: "≤ 10 ms"))
-        results.add(Figure(section: "async", name: "duration error, median", value: Stats.median(errors), unit: "ms"))
-        results.add(Figure(section: "async", name: "duration error, p99", value: Stats.percentile(errors, 0.99),
+        results.add(Figure(section: "async", name: "duration error, median\(mode)", value: Stats.median(errors), unit: "ms"))
+        results.add(Figure(section: "async", name: "duration error, p99\(mode)", value: Stats.percentile(errors, 0.99),
                            unit: "ms", target: "≤ 1 ms"))
     }
 
@@ -330,9 +348,10 @@ struct AsyncChild: ParsableCommand {
     func run() throws {
         var monitorInstance: ConcurrencyStallMonitor?
         let threshold = workload == "stalls" ? 50 : workload == "starvation" ? 100 : 10_000
-        if monitor == "on" {
+        if monitor == "on" || monitor == "lean" {
             var configuration = StallMonitorConfiguration(threshold: .milliseconds(threshold),
                                                           reportDirectory: reportDir)
+            configuration.poolStatistics = monitor == "on"
             configuration.sampleInterval = .milliseconds(5)
             configuration.interimAfter = .milliseconds(threshold * 4)
             configuration.maxReportsPerSignaturePerHour = 100_000

@@ -339,8 +339,8 @@ case "pool-stats", "pool-stats-off":
         for await _ in group {}
     }
     let workers = ProcessInfo.processInfo.activeProcessorCount
-    let blockers = (0..<workers).map { _ in
-        Task.detached { AsyncStalls.blockingSleep(milliseconds: 3 * thresholdMs) }
+    let blockers = (0..<workers).map { index in
+        Task.detached { measured("blocker\(index)") { AsyncStalls.blockingSleep(milliseconds: 3 * thresholdMs) } }
     }
     usleep(20_000)  // the blockers hold every worker (this is the main thread, no worker)
     let burst = (0..<20).map { index in Task.detached { index &* 3 } }

@@ -168,6 +168,16 @@ struct ConcurrencyStallMonitorTests {
         let workers = run.value("workers").flatMap(Int.init) ?? 2
         let stalls = run.reports.filter { $0.kind == nil }
         #expect(stalls.count >= workers, "each blocker is a stall: \(run.reports.map { $0.kind ?? "stall" })")
+        // Without statistics a worker reads a job's end only for a job the watchdog saw running: a stall's duration
+        // is still the job's own, exact.
+        let blockers = run.measured.filter { $0.key.hasPrefix("blocker") }
+        #expect(blockers.count == workers, "\(run.output)")
+        for (name, measured) in blockers {
+            let report = stalls.first { $0.thread.tid == measured.tid }
+            #expect(report?.durationSource == "loop", "\(name): exact (\(String(describing: report?.durationSource)))")
+            #expect(report.map { abs($0.durationMs - measured.milliseconds) <= 2 } == true,
+                    "\(name): reported \(report?.durationMs ?? 0) ms, measured \(measured.milliseconds) ms")
+        }
         let starved = run.reports.filter { $0.kind == "starvation" }
         #expect(starved.count == 1, "\(run.reports.map { $0.kind ?? "stall" })")
         #expect(starved.first?.starvation?.waitedJobs == nil && starved.first?.starvation?.jobsRun == nil,
