@@ -4,6 +4,10 @@ import Glibc
 public func connectToLoopback(port: Int) -> Int32? {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { return nil }
+    // Every read and write of a test's client is bounded: a server that never answers fails the test, not the run.
+    var bound = timeval(tv_sec: 30, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, socklen_t(MemoryLayout<timeval>.size))
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, socklen_t(MemoryLayout<timeval>.size))
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_port = in_port_t(UInt16(port).bigEndian)
