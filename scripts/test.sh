@@ -54,11 +54,13 @@ tests=$!
     echo "test: the tests still run after $limit s (a hang): every thread of the test process, then killed" >&2
     for pid in $(pgrep -f 'PackageTests.xctest'); do
         if command -v gdb >/dev/null; then
-            gdb -p "$pid" -batch -ex 'thread apply all bt 16' 2>/dev/null | grep -E '^(Thread|#)' >&2
-        else
-            for task in /proc/"$pid"/task/*; do echo "thread ${task##*/} $(cat "$task"/comm) in $(cat "$task"/wchan)"; done >&2
+            gdb -p "$pid" -batch -ex 'thread apply all bt 16' 2>/dev/null | grep -E '^(Thread|#)' >&2 || true
         fi
-        kill -9 "$pid"
+        # Where each thread waits, even where gdb may not attach (ptrace restricted).
+        for task in /proc/"$pid"/task/*; do
+            echo "thread ${task##*/} $(cat "$task"/comm 2>/dev/null) in $(cat "$task"/wchan 2>/dev/null)" >&2 || true
+        done
+        kill -9 "$pid" 2>/dev/null || true
     done
 ) &
 watchdog=$!

@@ -5,21 +5,21 @@
 // dlopen/dlclose holding the list lock waits for: dlclose frees memory while it holds it). Here, outside any
 // handler, the watchdog copies what dl_iterate_phdr reports (each image's load address, name and program headers)
 // into an immutable table and publishes it with one atomic pointer store. libunwind's own reference to
-// dl_iterate_phdr (its GOT slot, in libunwind.so only) is pointed at cstallmon_table_dl_iterate_phdr, which serves
-// that table to a thread inside our handler, and forwards every other call to the real dl_iterate_phdr. libunwind
-// then reads each image's .eh_frame_hdr search table and .eh_frame exactly as before, so the frames are the same.
+// dl_iterate_phdr (its GOT slot, in libunwind.so only) is pointed at table_dl_iterate_phdr, which serves that table
+// to a thread inside our handler, and any other caller the real dl_iterate_phdr when the loader's list lock is free
+// (the table when it is not: iterate_outside_handler). libunwind then reads each image's .eh_frame_hdr search table
+// and .eh_frame exactly as before, so the frames are the same.
 //
 // Each capture asks the refresher thread to rebuild the table when the loader's counters of added and removed
 // objects (dlpi_adds, dlpi_subs) changed, and first checks the table against the program headers the loader has now
 // (cstallmon_table_check_loaded_images): an image unloaded or replaced since is flagged stale (the one field of a
 // table that changes after it is published) and hidden from the handler. A replaced table is freed only once no
-// handler can be reading it (a count of handlers inside the table, read after the swap).
+// reader can be inside it (a count of the readers: handlers, and the checks and table walks outside them, read after
+// the swap).
 #include "capture_state.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <sched.h>
-#include <time.h>
 #include <elf.h>
 #include <link.h>
 #include <stdlib.h>
@@ -57,7 +57,8 @@ struct image_table {
 };
 
 static _Atomic(image_table *) g_table;
-// Handlers between cstallmon_table_enter and cstallmon_table_exit: a replaced table is freed only when this is 0.
+// Readers inside a table (handlers between cstallmon_table_enter and cstallmon_table_exit, the checks, and table
+// walks outside handlers): a replaced table is freed only when this is 0.
 static _Atomic int32_t g_table_readers;
 // The calling thread is inside our handler: dl_iterate_phdr from libunwind serves the table.
 static __thread int tls_in_handler __attribute__((tls_model("initial-exec")));
@@ -267,7 +268,13 @@ int cstallmon_table_refresh(void) {
 #define CHECK_BATCH 32
 #define CHECK_BUFFER_BYTES 16384
 
-int cstallmon_table_check_loaded_images(void) {
+// A stale image found outside a capture (iterate_outside_handler): the next capture's check reports it, so that
+// libunwind's caches are flushed there, as for a change the capture found itself.
+static _Atomic int g_flush_owed;
+
+// NOT async-signal-safe (process_vm_readv is, but this is only ever called outside handlers). Compares the table's
+// images with the loaded ones, flags those that changed stale; 1 when none did.
+static int compare_loaded_images(void) {
     atomic_fetch_add(&g_table_readers, 1);  // the table is not freed while it is compared
     const image_table *table = atomic_load(&g_table);
     int matches = 1;
@@ -319,6 +326,11 @@ int cstallmon_table_check_loaded_images(void) {
     }
     atomic_fetch_sub(&g_table_readers, 1);
     return matches;
+}
+
+int cstallmon_table_check_loaded_images(void) {
+    const int matches = compare_loaded_images();
+    return atomic_exchange(&g_flush_owed, 0) ? 0 : matches;
 }
 
 // MARK: - The refresher thread (NOT async-signal-safe)
@@ -439,34 +451,28 @@ static int walk_table(int (*callback)(struct dl_phdr_info *, size_t, void *), vo
     return 0;
 }
 
-// How long a thread outside our handler tries for the loader's list lock before it walks the table instead.
-#define CSTALLMON_LOADER_TRY_NS 1000000ull
-
 // NOT async-signal-safe (outside our handler only). libunwind calls dl_iterate_phdr with its register-state cache
 // mutex held, the mutex our handler takes too. A thread of the application unwinding with libunwind itself (Swift
 // Testing does, for every thrown error) that waited here for the loader's list lock, held by a thread that waits for
 // a lock the sampled thread holds, would keep that handler waiting for ever (seen as a hang of the test suite). So the
-// list lock is only tried, for at most CSTALLMON_LOADER_TRY_NS: taken, the loader answers (dl_iterate_phdr takes the
-// recursive lock again); still busy, the table answers, as it does in the handler (an object loaded since its last
-// refresh is then unknown to that one lookup). Without the lock's address the cache is off (install.c) and this is
-// exactly dl_iterate_phdr.
+// list lock is only tried, never waited for: free, the loader answers (dl_iterate_phdr takes the recursive lock
+// again); taken, the table answers, as it does in the handler, after its images are checked against the loaded ones
+// (one that changed is skipped, and the refresher woken; an object loaded since the last refresh is unknown to that
+// one lookup). Each cache-mutex hold thus lasts a lookup, never a wait for the loader. Without the lock's address
+// the cache is off (install.c) and this is exactly dl_iterate_phdr.
 static int iterate_outside_handler(int (*callback)(struct dl_phdr_info *, size_t, void *), void *data) {
     pthread_mutex_t *lock = (pthread_mutex_t *)(uintptr_t)g_state.load_write_lock;
     if (!lock) return dl_iterate_phdr(callback, data);
-    struct timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    for (;;) {
-        if (pthread_mutex_trylock(lock) == 0) {
-            const int result = dl_iterate_phdr(callback, data);
-            pthread_mutex_unlock(lock);
-            return result;
-        }
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        const uint64_t waited = (uint64_t)(now.tv_sec - start.tv_sec) * 1000000000ull + (uint64_t)now.tv_nsec
-                                - (uint64_t)start.tv_nsec;
-        if (waited >= CSTALLMON_LOADER_TRY_NS) break;
-        sched_yield();
+    if (pthread_mutex_trylock(lock) == 0) {
+        const int result = dl_iterate_phdr(callback, data);
+        pthread_mutex_unlock(lock);
+        return result;
+    }
+    if (!compare_loaded_images()) {
+        atomic_store(&g_flush_owed, 1);
+        cstallmon_table_request_refresh(1);
+    } else {
+        cstallmon_table_request_refresh(0);
     }
     atomic_fetch_add(&g_table_readers, 1);  // the table is not freed while it is walked
     const int result = walk_table(callback, data);

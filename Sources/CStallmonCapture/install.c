@@ -190,12 +190,14 @@ int cstallmon_install(int signal_number, char *error_buffer, size_t error_buffer
     // per-thread register-state caches: the cache sits behind one global mutex, taken with every signal blocked,
     // and held while libunwind looks up unwind tables (dl_iterate_phdr). With the table, a handler holding it waits
     // for nothing; a thread outside the handler holding it (the application's own unwinding) never waits long for
-    // the loader's list lock either, which takes that lock's address (image_table.c, iterate_outside_handler). The
+    // the loader's list lock either: it only tries it (image_table.c, iterate_outside_handler). The
     // suite once deadlocked on each: a thread holding the loader's list lock waited for a lock of the sampled thread,
     // whose handler waited for the cache mutex while its holder waited in dl_iterate_phdr for the list lock (first
-    // the handler's own lookups, later Swift Testing's backtrace of a thrown error). Without the lock's address (an
-    // unknown glibc) the cache stays off, and the handler path takes no libunwind lock.
-    unw_set_caching_policy(unw_local_addr_space, g_state.load_write_lock ? UNW_CACHE_GLOBAL : UNW_CACHE_NONE);
+    // the handler's own lookups, later Swift Testing's backtrace of a thrown error). Without the table or without
+    // the lock's address (another libunwind build, an unknown glibc) the cache stays off, and the handler path takes
+    // no libunwind lock.
+    unw_set_caching_policy(unw_local_addr_space, g_state.unwinder_uses_table && g_state.load_write_lock
+                                                     ? UNW_CACHE_GLOBAL : UNW_CACHE_NONE);
     prime_unwinder();
 
     struct sigaction action;

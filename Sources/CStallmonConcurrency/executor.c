@@ -487,11 +487,12 @@ static inline __attribute__((always_inline)) job_timing job_begins(worker_probe 
     return timing;
 }
 
-// After the job: its end stamped, then counted. With pool_statistics = off, a job no reader saw running ends with
-// the even sequence alone (no clock read): it cannot have been a stall, since the watchdog reads every worker well
-// within the threshold. A job seen running reads the end as always, and leaves its exact begin and end if it ran long.
-// (A job whose end races the reader's mark, the reader preempted between its read and its mark for about the
-// threshold, ends unmarked: its stall is still reported, its end then what the watchdog saw, not exact.)
+// After the job (the worker's hot path; async-signal-safe: relaxed atomics and a clock read): its end stamped, then
+// counted. With pool_statistics = off, a job no reader saw running ends with the even sequence alone (no clock
+// read): it cannot have become a stall, since a stall begins only on a reading of the job running, and that reading
+// marks it (cstallmon_worker_read). A job seen running reads the end as always, and leaves its exact begin and end
+// if it ran long. (A job that ends between the reading and its mark, nanoseconds apart unless the watchdog is
+// preempted there, ends unmarked: a stall begun on that reading is still reported, with the end the watchdog saw.)
 static inline __attribute__((always_inline)) void job_ends(worker_probe *probe, struct worker_stats *stats,
                                                           job_timing timing) {
     if (__builtin_expect(!atomic_load_explicit(&g_state.statistics, memory_order_relaxed), 0) &&

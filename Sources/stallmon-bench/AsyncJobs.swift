@@ -9,7 +9,8 @@ import Stallmon
 /// heartbeat task (a task that sleeps 10 ms and measures its lateness, the method users write by hand today).
 ///
 /// The hooks are process-wide, so every measurement runs in a child process of its own (`stallmon-bench
-/// async-child`), monitor off and on alternately, paired by round. The cost is the CPU time of the threads that
+/// async-child`): monitor off, on, and on with pool_statistics = off, in rotating order, compared by round. The cost
+/// is the CPU time of the threads that
 /// enqueue and run the jobs (every thread but the monitor's own and the idle main thread, from schedstat) per
 /// operation, as section 1 measures the loop thread's. The monitor's threshold is 10 s there, so no workload job
 /// is a stall: sampling a stall costs what section 2 measures, and is no per-job cost.
@@ -177,7 +178,7 @@ struct AsyncJobs {
             perLeanStamp.append(Double(cstallmon_concurrency_measure_stamps(iterations)) / Double(iterations))
         }
         cstallmon_concurrency_set_statistics(1)
-        results.add(Figure(section: "async", name: "… with pool_statistics = off (begin and end stamps only)",
+        results.add(Figure(section: "async", name: "… with pool_statistics = off (the begin stamp; the end only for a job seen running)",
                            value: Stats.median(perLeanStamp), unit: "ns",
                            note: "runs: " + perLeanStamp.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
 

@@ -16,9 +16,6 @@ struct NIOStallMonitorTests {
     /// Under the threshold with room for the CPU contention of a parallel test run (the bench measures stalls just
     /// under the threshold, on a quiet machine).
     static let nearMiss = 40
-    /// What a tick may add to the stalling code's own time, in ms: the rest of the tick's work in a debug build
-    /// (5 ms), plus the time the loop thread waited for a CPU (the report's `runDelayMs`), which a parallel test run
-    /// on 2 cores can add after the stalling code measured itself and before the loop reached epoll_wait.
     /// How much longer than the handler's own figure a tick may be reported: the tick's own work around the handler
     /// (debug NIO reading, decoding and answering the request) plus the time the loop thread waited for a CPU. The
     /// run delay is read for the stall's window only, so a thread preempted just after the handler returned adds a

@@ -64,8 +64,9 @@ typedef struct {
 } cstallmon_capture_result;
 
 /// Installs the sampling handler on `signal_number` with SA_SIGINFO|SA_RESTART|SA_ONSTACK and sets libunwind's
-/// caching policy: its global register-state cache on when the handler unwinds with stallmon's image table (or the
-/// loader's list lock was found), so its mutex never waits for the loader; off otherwise. The handler allocates
+/// caching policy: its global register-state cache on when the handler unwinds with stallmon's image table and the
+/// loader's list lock was found (no holder of its mutex then waits for the loader: outside the handler the lock is
+/// only tried); off otherwise. The handler allocates
 /// nothing. Idempotent for the same signal (reference counted).
 /// Returns 0, or -1 and a human-readable reason in `error_buffer` when the signal already has a handler that is not
 /// ours (named in the message), when stallmon already owns a different signal in this process, or sigaction fails.

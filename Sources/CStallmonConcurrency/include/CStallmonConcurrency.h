@@ -83,9 +83,10 @@ typedef struct {
 /// Linux, after `dispatch_main()`, a libdispatch worker). For stallmon's own `MainExecutor`. NOT async-signal-safe.
 void cstallmon_concurrency_enqueue_main(void *job);
 
-/// Reads probe `index` (0 ..< CSTALLMON_MAX_WORKERS). Returns 0 when the probe is free, 1 otherwise. For the
-/// watchdog thread, one caller at a time (converting the job clock may recalibrate it); no lock, allocation or system
-/// call (vDSO clock reads).
+/// Reads probe `index` (0 ..< CSTALLMON_MAX_WORKERS). Returns 0 when the probe is free, 1 otherwise. A job found
+/// running is marked in the probe as seen, so that with pool_statistics = off its worker reads the job's end (a stall
+/// begins only on such a reading). For the watchdog thread, one caller at a time (converting the job clock may
+/// recalibrate it); async-signal-safe: no lock, allocation or system call (vDSO clock reads).
 int cstallmon_worker_read(int index, cstallmon_worker_reading *out);
 
 /// The exact begin and end of job number `job` (1-based, = (sequence + 1) / 2 while it ran) of probe `index`, if it
