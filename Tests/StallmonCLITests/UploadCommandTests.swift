@@ -29,7 +29,7 @@ struct UploadCommandTests {
                        "STALLMON_UPLOAD_TIMEOUT_MS": "2000"]
 
     /// A request timeout longer than the receiver's scripted hang, so the hung request stays in flight.
-    static let slowRequests = fast.merging(["STALLMON_UPLOAD_TIMEOUT_MS": "20000"]) { $1 }
+    static let slowRequests = fast.merging(["STALLMON_UPLOAD_TIMEOUT_MS": "120000"]) { $1 }
 
     @Test("--once delivers everything, gzip and OTLP, and exits 0 with an empty spool")
     func onceDeliversEverything() async throws {
@@ -48,8 +48,10 @@ struct UploadCommandTests {
 
     @Test("SIGKILL mid-batch, restart: nothing lost, no file corrupt, no report under a new id")
     func sigkillMidBatchThenRestart() async throws {
-        // The first request hangs long enough to be killed in flight; later ones succeed.
-        let receiver = try Receiver(plan: #"[{"sleep":4,"status":200}]"#)
+        // The first request hangs long enough to be killed in flight, however late this test's polling wakes up on a
+        // loaded machine (with 4 s it was once answered, and its batch rightly deleted, before the kill); later ones
+        // succeed (the receiver answers each request on a thread of its own).
+        let receiver = try Receiver(plan: #"[{"sleep":60,"status":200}]"#)
         let (directory, ids) = try Self.spooled(14)
         defer { directory.remove() }
         let daemon = try RunningCLI(["upload", directory.path, "--endpoint", receiver.baseURL, "--daemon"],
