@@ -142,9 +142,13 @@ struct LockOwnerMonitorTests {
                     + "\(holder.tid.load(ordering: .acquiring)) \"db-writer\"")
         // Asleep in clock_nanosleep, which a signal would cut short: described, never signalled.
         #expect(wait.holderWaiting?.hasSuffix("nanosleep") == true, "\(String(describing: wait.holderWaiting))")
-        #expect(wait.holderStack == nil)
         let waited = report.samples.filter { $0.waiting == 0 }
         #expect(!waited.isEmpty)
+        // A stack only from a sample that caught it awake (R) just before it unlocked (seen once in repeated runs of the
+        // whole suite: 1 of 1 holder stacks), never from one asleep.
+        let signalled = waited.filter { $0.holderStatus != nil }
+        #expect(wait.holderStack == nil || (!signalled.isEmpty && signalled.allSatisfy { $0.holderState == "R" }),
+                "\(waited.map { ($0.holderState ?? "-", $0.holderStatus?.rawValue ?? "-") })")
         // A sample may catch the holder just awake, about to unlock (R, then signalled): never one asleep.
         #expect(waited.filter { $0.holderState == "S" }.allSatisfy { $0.holderStatus == nil },
                 "\(waited.map { ($0.holderState ?? "-", $0.holderStatus?.rawValue ?? "-") })")
