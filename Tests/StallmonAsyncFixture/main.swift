@@ -475,7 +475,8 @@ case "unwinder-loader":
     // while a thread holding the loader's list lock waits for a lock the stalled loop thread holds: the handler must
     // not wait for that unwinding thread, which waits for the loader. Prints "done" when every stall ended.
     let loop = try Looper(name: "unwinder-loop")
-    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs), reportDirectory: reportDirectory)
+    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
+                                                  reportDirectory: reportDirectory)
     configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
     let loopMonitor = try StallMonitor(loop: loop, configuration: configuration)
     loopMonitor.start()
@@ -498,7 +499,8 @@ case "unwinder-loader":
     usleep(UInt32(2 * thresholdMs * 1000))
     loop.stop()
     loopMonitor.stop()
-    say("done \(held.backtraces.load(ordering: .relaxed)) backtraces of \(held.frames.load(ordering: .relaxed)) frames, "
+    say("done \(held.backtraces.load(ordering: .relaxed)) backtraces of "
+        + "\(held.frames.load(ordering: .relaxed)) frames, "
         + "\(held.iterations.load(ordering: .relaxed)) loader walks")
 
 case "nio-takeover":

@@ -144,8 +144,8 @@ struct LockOwnerMonitorTests {
         #expect(wait.holderWaiting?.hasSuffix("nanosleep") == true, "\(String(describing: wait.holderWaiting))")
         let waited = report.samples.filter { $0.waiting == 0 }
         #expect(!waited.isEmpty)
-        // A stack only from a sample that caught it awake (R) just before it unlocked (seen once in repeated runs of the
-        // whole suite: 1 of 1 holder stacks), never from one asleep.
+        // A stack only from a sample that caught it awake (R) just before it unlocked (seen once in repeated runs of
+        // the whole suite: 1 of 1 holder stacks), never from one asleep.
         let signalled = waited.filter { $0.holderStatus != nil }
         #expect(wait.holderStack == nil || (!signalled.isEmpty && signalled.allSatisfy { $0.holderState == "R" }),
                 "\(waited.map { ($0.holderState ?? "-", $0.holderStatus?.rawValue ?? "-") })")
