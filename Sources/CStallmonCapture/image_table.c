@@ -468,12 +468,9 @@ static int iterate_outside_handler(int (*callback)(struct dl_phdr_info *, size_t
         pthread_mutex_unlock(lock);
         return result;
     }
-    if (!compare_loaded_images()) {
-        atomic_store(&g_flush_owed, 1);
-        cstallmon_table_request_refresh(1);
-    } else {
-        cstallmon_table_request_refresh(0);
-    }
+    const int changed = !compare_loaded_images();
+    if (changed) atomic_store(&g_flush_owed, 1);
+    cstallmon_table_request_refresh(changed);
     atomic_fetch_add(&g_table_readers, 1);  // the table is not freed while it is walked
     const int result = walk_table(callback, data);
     atomic_fetch_sub(&g_table_readers, 1);

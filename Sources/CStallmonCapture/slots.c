@@ -222,13 +222,12 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
     // lists that was unloaded or replaced (another loaded at its address) is hidden from the handler, which would
     // otherwise read the new object's unwind tables at the old one's offsets: a frame there ends the stack, marked;
     // the refresher is woken at once.
-    if (g_state.unwinder_uses_table && !cstallmon_table_check_loaded_images()) {
+    if (g_state.unwinder_uses_table) {
+        const int changed = !cstallmon_table_check_loaded_images();
         // libunwind's caches (register states, the fast trace's frame shapes) are keyed by address: forget what they
         // learned of the replaced code.
-        unw_flush_cache(unw_local_addr_space, 0, 0);
-        cstallmon_table_request_refresh(1);
-    } else if (g_state.unwinder_uses_table) {
-        cstallmon_table_request_refresh(0);
+        if (changed) unw_flush_cache(unw_local_addr_space, 0, 0);
+        cstallmon_table_request_refresh(changed);
     }
     slot->max_frames = max_frames < CSTALLMON_MAX_FRAMES ? max_frames : CSTALLMON_MAX_FRAMES;
     int32_t expected = SLOT_IDLE;

@@ -497,7 +497,7 @@ static inline __attribute__((always_inline)) void job_ends(worker_probe *probe, 
                                                           job_timing timing) {
     if (__builtin_expect(!atomic_load_explicit(&g_state.statistics, memory_order_relaxed), 0) &&
         atomic_load_explicit(&probe->seen_running, memory_order_relaxed) != timing.sequence + 1) {
-        atomic_store_explicit(&probe->sequence, timing.sequence + 2, memory_order_release);
+        stamp_end(probe, timing.sequence, timing.begin, 0, false);
         return;
     }
     uint64_t end = job_clock_now();

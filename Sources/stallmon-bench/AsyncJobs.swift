@@ -178,7 +178,8 @@ struct AsyncJobs {
             perLeanStamp.append(Double(cstallmon_concurrency_measure_stamps(iterations)) / Double(iterations))
         }
         cstallmon_concurrency_set_statistics(1)
-        results.add(Figure(section: "async", name: "… with pool_statistics = off (the begin stamp; the end only for a job seen running)",
+        results.add(Figure(section: "async", name: "… with pool_statistics = off (the begin stamp; "
+                               + "the end only for a job seen running)",
                            value: Stats.median(perLeanStamp), unit: "ns",
                            note: "runs: " + perLeanStamp.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
 
@@ -192,13 +193,13 @@ struct AsyncJobs {
 
         let rounds = quick ? 2 : 7
         let operations = quick ? 200_000 : 1_000_000
-        print("\n8a. Swift Concurrency, CPU time of the job threads per operation (a yield, an actor call, a child task), monitor "
-            + "off → on, and on with pool_statistics = off (\(operations) operations, \(rounds) rounds of three child "
-            + "processes per workload, in rotating order)")
-        let sides = ["off", "on", "lean"]
+        print("\n8a. Swift Concurrency, CPU time of the job threads per operation (a yield, an actor call, a child "
+            + "task), monitor off → on, and on with pool_statistics = off (\(operations) operations, "
+            + "\(rounds) rounds of three child processes per workload, in rotating order)")
+        let sides = ["off"] + Self.monitoredSides
         for workload in Self.workloads {
             var off: [Double] = []
-            var on: [String: [Double]] = [:]
+            var monitoredCPU: [String: [Double]] = [:]
             var added: [String: [Double]] = [:]
             var jobsPerOperation: [Double] = []
             for round in 0..<rounds {
@@ -214,22 +215,25 @@ struct AsyncJobs {
                 // Per operation: an actor call on a free actor switches to it without enqueueing a job, so jobs
                 // are not what the sides share; the monitored run counts the jobs the hooks saw.
                 off.append(Double(plain.cpuNanoseconds) / Double(operations))
-                for side in ["on", "lean"] {
+                for side in Self.monitoredSides {
                     guard let monitored = measured[side] else { continue }
-                    on[side, default: []].append(Double(monitored.cpuNanoseconds) / Double(operations))
-                    added[side, default: []].append(on[side]!.last! - off.last!)
+                    let cpu = Double(monitored.cpuNanoseconds) / Double(operations)
+                    monitoredCPU[side, default: []].append(cpu)
+                    added[side, default: []].append(cpu - off.last!)
                 }
                 jobsPerOperation.append(Double(watched.jobs) / Double(operations))
             }
             let offMedian = Stats.median(off)
             let jobs = Stats.median(jobsPerOperation)
-            for side in ["on", "lean"] {
+            for side in Self.monitoredSides {
                 let sideAdded = added[side] ?? []
                 let addedMedian = Stats.median(sideAdded)
-                let mode = side == "on" ? "" : " (pool_statistics = off)"
+                let mode = Self.modeSuffix(side)
                 results.add(Figure(section: "async", name: "\(workload): CPU per operation, off → on\(mode)",
-                                   value: Stats.median(on[side] ?? []), unit: "ns", peerName: "off", peer: offMedian,
-                                   note: "pairs: " + sideAdded.map { String(format: "%.1f", $0) }.joined(separator: ", ")
+                                   value: Stats.median(monitoredCPU[side] ?? []), unit: "ns", peerName: "off",
+                                   peer: offMedian,
+                                   note: "pairs: "
+                                       + sideAdded.map { String(format: "%.1f", $0) }.joined(separator: ", ")
                                        + String(format: "; %.2f jobs per operation", jobs)))
                 results.add(Figure(section: "async", name: "\(workload): added per operation\(mode) (median of pairs)",
                                    value: addedMedian, unit: "ns", ratio: addedMedian / offMedian * 100,
@@ -243,15 +247,22 @@ struct AsyncJobs {
     // MARK: Detection
 
     private func detection(_ results: Results) throws {
-        try detection(results, side: "on")
         // pool_statistics = off reads a job's end only for jobs the watchdog saw running: the durations must stay
         // as exact.
-        try detection(results, side: "lean")
+        for side in Self.monitoredSides { try detection(results, side: side) }
+    }
+
+    /// The monitored sides of a comparison: statistics on (the default), and `pool_statistics = off` ("lean").
+    static let monitoredSides = ["on", "lean"]
+
+    /// What a figure's name adds for `side`.
+    static func modeSuffix(_ side: String) -> String {
+        side == "on" ? "" : " (pool_statistics = off)"
     }
 
     private func detection(_ results: Results, side: String) throws {
         let stalls = quick ? 40 : 200
-        let mode = side == "on" ? "" : " (pool_statistics = off)"
+        let mode = Self.modeSuffix(side)
         print("\n8b. \(stalls) injected async stalls (threshold 50 ms, half just under), stallmon\(mode) beside a "
             + "heartbeat task")
         let directory = scratch + "/async-detection-\(side)"
@@ -288,11 +299,12 @@ struct AsyncJobs {
                            target: "≥ 99 %"))
         results.add(Figure(section: "async", name: "precision (reports that were real stalls)\(mode)", value: precision,
                            unit: "%", target: "≥ 99 %", note: "\(falsePositives) false, \(reports.count) reports"))
-        results.add(Figure(section: "async", name: "detection delay after the crossing, p50\(mode)", value: Stats.median(delays),
-                           unit: "ms"))
+        results.add(Figure(section: "async", name: "detection delay after the crossing, p50\(mode)",
+                           value: Stats.median(delays), unit: "ms"))
         results.add(Figure(section: "async", name: "detection delay after the crossing, p99\(mode)",
                            value: Stats.percentile(delays, 0.99), unit: "ms", target: "≤ 10 ms"))
-        results.add(Figure(section: "async", name: "duration error, median\(mode)", value: Stats.median(errors), unit: "ms"))
+        results.add(Figure(section: "async", name: "duration error, median\(mode)", value: Stats.median(errors),
+                           unit: "ms"))
         results.add(Figure(section: "async", name: "duration error, p99\(mode)", value: Stats.percentile(errors, 0.99),
                            unit: "ms", target: "≤ 1 ms"))
     }

@@ -151,9 +151,7 @@ extension FaultTests {
             let done = printed.split(separator: "\n").first { $0.hasPrefix("done ") } ?? ""
             #expect(!done.isEmpty, "\(printed)")
             print("Fault application unwinder beside the loader hazard: \(done)")
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: reports)) ?? []
-            let found = names.filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
-                .compactMap { try? ReportReader.read(reports + "/" + $0) }
+            let found = readReports(reports)
             #expect(found.count == 4, "one report per stall: \(found.map { $0.topFrame?.symbol ?? "-" })")
             let symbolized = found.filter { report in
                 report.frames.contains { $0.symbol?.contains("holdTheLockAndSpin") == true }
