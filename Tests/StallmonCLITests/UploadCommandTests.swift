@@ -6,6 +6,10 @@ import StallmonTestSupport
 @testable import StallmonUpload
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// `stallmon upload`: end to end against the scripted collector on 127.0.0.1.
 @Suite("stallmon upload", .serialized)
 struct UploadCommandTests {
@@ -215,5 +219,41 @@ struct UploadCommandTests {
         #expect(result.status == 64, "\(result)")
         #expect(result.stderr.contains(mentioned), "\(result.stderr)")
         #expect(try Spool(reportDirectory: directory.path).pending().count == 1, "nothing was touched")
+    }
+
+    /// Issue 32 (1): as root, `stallmon upload <link>/` (a trailing slash) followed another user's link to a root-only
+    /// spool, sent both reports and deleted them; a link further up the path was resolved and never examined.
+    @Test("a path through another user's symbolic link is refused, trailing slash or not; nothing is read or sent")
+    func aPathThroughAnotherUsersLinkIsRefused() async throws {
+        guard geteuid() == 0 else {
+            print("skipped: not root: planting a link as a second user needs root (lchown)")
+            return
+        }
+        let receiver = try Receiver()
+        let (directory, _) = try Self.spooled(2)
+        defer { directory.remove() }
+        chmod(directory.path, 0o700)  // root's own, root-only
+        let shared = try TemporaryDirectory("stallmon-shared")
+        defer { shared.remove() }
+        chmod(shared.path, 0o1777)  // like /var/tmp: anyone may create entries, nobody may rename another's
+        let nobody: uid_t = 65534
+        let link = shared.path("evil-link")  // to the spool's directory itself
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: directory.path)
+        lchown(link, nobody, nobody)
+        let parentLink = shared.path("app")  // to the directory above it: the link is an intermediate component
+        try FileManager.default.createSymbolicLink(atPath: parentLink,
+                                                   withDestinationPath: AtomicFile.parentDirectory(of: directory.path))
+        lchown(parentLink, nobody, nobody)
+        let name = directory.url.lastPathComponent
+        for path in [link, link + "/", link + "//.", parentLink + "/" + name, parentLink + "/" + name + "/"] {
+            let result = try await CLI.run(["upload", path, "--endpoint", receiver.baseURL, "--once"],
+                                           environment: Self.fast)
+            #expect(result.status == 1, "\(path): \(result)")
+            #expect(result.stderr.contains("refusing untrusted directory \(path)"), "\(path): \(result.stderr)")
+            #expect(result.stderr.contains("uid 65534"), "names the link's owner: \(result.stderr)")
+            #expect(!result.stdout.contains("delivered"), "\(path): \(result)")
+        }
+        #expect(receiver.arrivals == 0, "nothing was sent")
+        #expect(try Spool(reportDirectory: directory.path).pending().count == 2, "nothing was deleted")
     }
 }

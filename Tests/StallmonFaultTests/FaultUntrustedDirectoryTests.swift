@@ -192,6 +192,44 @@ import Glibc
         try DirectoryTrust.verify(real)  // sticky, like /tmp: fine
     }
 
+    /// Issue 32 (1): the path is walked one component at a time. A trailing slash (which makes `lstat` follow the
+    /// link) changes nothing; a link of our own on the way is followed and its target walked; `..` and link loops
+    /// are handled.
+    @Test func everyComponentIsWalkedWhateverTheSpelling() throws {
+        let root = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        chmod(root, 0o755)
+        let real = root + "/real"
+        try AtomicFile.createDirectory(real)
+        try FileManager.default.createSymbolicLink(atPath: root + "/link", withDestinationPath: real)
+        for spelling in ["/link/", "/link//", "/link/.", "/real/../link/"] {
+            #expect(throws: FileError.self, "\(spelling) was trusted") { try DirectoryTrust.verify(root + spelling) }
+        }
+        // A link of our own further up leads to a directory walked like any other.
+        try FileManager.default.createDirectory(atPath: real + "/reports", withIntermediateDirectories: false,
+                                                attributes: [.posixPermissions: 0o700])
+        try DirectoryTrust.verify(root + "/link/reports")
+        try DirectoryTrust.verify(root + "/link/reports/")
+        try DirectoryTrust.verify(root + "/real/../real/./reports")
+        // ... and its target's directories are checked too: a world-writable one on the way is refused.
+        chmod(real, 0o777)
+        do {
+            try DirectoryTrust.verify(root + "/link/reports")
+            Issue.record("a directory under a world-writable target of a link was trusted")
+        } catch {
+            #expect("\(error)".contains("parent directory \(real) is writable by other users"), "\(error)")
+        }
+        chmod(real, 0o700)
+        try FileManager.default.createSymbolicLink(atPath: root + "/loop-a", withDestinationPath: root + "/loop-b")
+        try FileManager.default.createSymbolicLink(atPath: root + "/loop-b", withDestinationPath: root + "/loop-a")
+        do {
+            try DirectoryTrust.verify(root + "/loop-a/reports")
+            Issue.record("a link loop was trusted")
+        } catch {
+            #expect(error.errorNumber == ELOOP, "\(error)")
+        }
+    }
+
     @Test func theEventLogNeverFollowsALink() throws {
         let root = makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: root) }

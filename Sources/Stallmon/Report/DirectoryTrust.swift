@@ -2,28 +2,59 @@
 import Glibc
 #endif
 
-/// Whether a directory stallmon writes into (the report directory, the spool, the event log's directory) can be
-/// trusted: nobody but this process's user may be able to place or swap anything in it.
+/// Whether a directory stallmon writes into (the report directory, the spool, the event log's directory, the control
+/// socket's directory) can be trusted: nobody but this process's user may be able to place or swap anything in it,
+/// or steer a path to it somewhere else.
 ///
 /// The default report directory, `/var/tmp/stallmon-<euid>`, has a predictable name in a world-writable directory:
 /// another local user can create it first and put a symbolic link where a report or the event log will go, so that
 /// a service running as root appends to a file of the attacker's choosing. The same holds for any configured path
-/// under a directory another user can write. So a directory is used only if
-/// - it is a directory, not a symbolic link to one (point `report_dir` at the real directory);
-/// - it is owned by the effective user;
-/// - neither its group nor others may write it (stallmon creates it 0700);
-/// - every directory above it (symbolic links resolved) is owned by root or the effective user, and writable by
-///   nobody else unless it has the sticky bit (as `/tmp` and `/var/tmp` do, so nobody can rename what is ours).
-/// This is OpenSSH's rule for `~/.ssh` (StrictModes). Files in the directory are then opened with `O_NOFOLLOW` as a
-/// second line of defence.
+/// under a directory another user can write, or through a symbolic link another user owns. So the path is walked
+/// one component at a time from `/` (a relative one from the working directory), each looked at with `lstat`:
+/// - every directory passed through is owned by root or the effective user, and writable by nobody else unless it
+///   has the sticky bit (as `/tmp` and `/var/tmp` do, so nobody can rename what is ours);
+/// - a symbolic link on the way is followed only if root or the effective user owns it (its directory was checked
+///   already, so nobody else can re-point it); its target is walked the same way;
+/// - the directory itself is a directory, not a symbolic link to one (with or without a trailing `/`: point
+///   `report_dir` at the real directory), owned by the effective user, writable by nobody else (stallmon creates it
+///   0700).
+/// This is OpenSSH's rule for `~/.ssh` (StrictModes), applied to every component. Because every entry that decides
+/// where the path leads can be changed only by root or the effective user, the path leads to the same directory at
+/// every later open; files in it are also opened with `O_NOFOLLOW`, as a second line of defence.
 public enum DirectoryTrust {
     /// Throws a `FileError` whose description names `path`, the reason and the owner, when `path` cannot be trusted
     /// (or does not exist: `ENOENT`).
     public static func verify(_ path: String) throws(FileError) {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { throw .last("use report directory", path) }
-        try verifyEntry(path, info)
-        try verifyAncestors(of: path)
+        var walk = try PathWalk(path)
+        let euid = geteuid()
+        try verifyPassedThrough("/", path: path, euid: euid)
+        while let component = walk.next() {
+            let candidate = walk.current == "/" ? "/" + component : walk.current + "/" + component
+            var info = stat()
+            guard lstat(candidate, &info) == 0 else {
+                throw walk.isLast ? .last("use report directory", path) : .last("check parent directory", candidate)
+            }
+            if walk.isLast {
+                try verifyEntry(candidate == path ? path : candidate, info, requested: path)
+                return
+            }
+            switch info.st_mode & S_IFMT {
+            case S_IFLNK:
+                guard info.st_uid == 0 || info.st_uid == euid else {
+                    throw refusal(path, "the symbolic link \(candidate) on its way is owned by \(user(info.st_uid)), "
+                        + "who could point it anywhere; use a path through directories owned by root or \(user(euid))")
+                }
+                try walk.follow(readLink(candidate), of: candidate, requested: path)
+            case S_IFDIR:
+                try verifyPassedThrough(candidate, path: path, euid: euid, info)
+                walk.enter(component)
+            default:
+                throw FileError(path: candidate, operation: "check parent directory", errorNumber: ENOTDIR)
+            }
+        }
+        // The walk ended on a directory it had entered already ("/", or a path ending in ".."): that one is the
+        // directory itself.
+        try verifyEntry(walk.current, statOf(walk.current), requested: path)
     }
 
     /// Like `verify`, but a path that does not exist yet is fine (it will be created 0700). Used when a monitor is
@@ -34,13 +65,35 @@ public enum DirectoryTrust {
         try verify(path)
     }
 
-    private static func verifyEntry(_ path: String, _ info: stat) throws(FileError) {
+    private static func statOf(_ path: String) -> stat {
+        var info = stat()
+        _ = lstat(path, &info)
+        return info
+    }
+
+    /// A directory the path passes through (not the last component).
+    private static func verifyPassedThrough(_ directory: String, path: String, euid: uid_t,
+                                            _ known: stat? = nil) throws(FileError) {
+        var info = known ?? stat()
+        if known == nil, lstat(directory, &info) != 0 { throw .last("check parent directory", directory) }
+        if info.st_uid != 0 && info.st_uid != euid {
+            throw refusal(path, "its parent directory \(directory) is owned by \(user(info.st_uid)), who could "
+                + "replace it; choose a directory under one owned by root or \(user(euid))")
+        }
+        if info.st_mode & (S_IWGRP | S_IWOTH) != 0 && info.st_mode & S_ISVTX == 0 {
+            throw refusal(path, "its parent directory \(directory) is writable by other users without the sticky "
+                + "bit (mode \(octal(info.st_mode))), so they could replace it")
+        }
+    }
+
+    /// The directory itself, the last component of the walk.
+    private static func verifyEntry(_ entry: String, _ info: stat, requested path: String) throws(FileError) {
         let euid = geteuid()
         switch info.st_mode & S_IFMT {
         case S_IFDIR: break
         case S_IFLNK:
-            throw refusal(path, "it is a symbolic link (to \(linkTarget(path))), which another user may have "
-                + "planted; point the configuration at the real directory")
+            throw refusal(path, "it is a symbolic link (to \(linkTarget(entry))) owned by \(user(info.st_uid)), "
+                + "which another user may have planted; point the configuration at the real directory")
         default:
             throw FileError(path: path, operation: "use as directory", errorNumber: ENOTDIR)
         }
@@ -51,28 +104,6 @@ public enum DirectoryTrust {
         guard info.st_mode & (S_IWGRP | S_IWOTH) == 0 else {
             throw refusal(path, "it is writable by other users (mode \(octal(info.st_mode))); make it 0700 "
                 + "(chmod 700) or choose another directory")
-        }
-    }
-
-    private static func verifyAncestors(of path: String) throws(FileError) {
-        let parent = AtomicFile.parentDirectory(of: path)
-        guard let resolved = realpath(parent, nil) else { throw .last("resolve parent directory of", path) }
-        var current = String(cString: resolved)
-        free(resolved)
-        let euid = geteuid()
-        while true {
-            var info = stat()
-            guard stat(current, &info) == 0 else { throw .last("check parent directory", current) }
-            if info.st_uid != 0 && info.st_uid != euid {
-                throw refusal(path, "its parent directory \(current) is owned by \(user(info.st_uid)), who could "
-                    + "replace it; choose a directory under one owned by root or \(user(euid))")
-            }
-            if info.st_mode & (S_IWGRP | S_IWOTH) != 0 && info.st_mode & S_ISVTX == 0 {
-                throw refusal(path, "its parent directory \(current) is writable by other users without the sticky "
-                    + "bit (mode \(octal(info.st_mode))), so they could replace it")
-            }
-            if current == "/" { return }
-            current = AtomicFile.parentDirectory(of: current)
         }
     }
 
@@ -96,9 +127,71 @@ public enum DirectoryTrust {
     }
 
     private static func linkTarget(_ path: String) -> String {
+        readLink(path) ?? "?"
+    }
+
+    private static func readLink(_ path: String) -> String? {
         var buffer = [CChar](repeating: 0, count: 4097)
         let count = readlink(path, &buffer, 4096)
-        guard count > 0 else { return "?" }
+        guard count > 0 else { return nil }
         return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+/// The components of a path still to be walked, and the directory reached so far (a real path: every component of
+/// it was looked at, no link in it).
+private struct PathWalk {
+    /// Symbolic links followed before giving up, as the kernel's own limit (`ELOOP`).
+    static let maximumLinks = 40
+
+    private(set) var current = "/"
+    /// Still to walk, last component first (popped from the end).
+    private var remaining: [Substring]
+    private var linksFollowed = 0
+    /// Whether the component `next()` returned last is the path's final one.
+    private(set) var isLast = false
+
+    init(_ path: String) throws(FileError) {
+        var absolute = path.isEmpty ? "." : path
+        if !absolute.hasPrefix("/") {
+            guard let directory = getcwd(nil, 0) else { throw .last("resolve working directory for", path) }
+            absolute = String(cString: directory) + "/" + absolute
+            free(directory)
+        }
+        remaining = Self.components(of: absolute).reversed()
+    }
+
+    private static func components(of path: String) -> [Substring] {
+        path.split(separator: "/").filter { $0 != "." }
+    }
+
+    /// The next component to look at, or nil once the path is walked; `..` is taken here (the directory above
+    /// `current` was walked through already).
+    mutating func next() -> String? {
+        while let component = remaining.popLast() {
+            if component == ".." {
+                current = AtomicFile.parentDirectory(of: current)
+                continue
+            }
+            isLast = remaining.isEmpty
+            return String(component)
+        }
+        return nil
+    }
+
+    /// `component` of `current` is a directory passed through.
+    mutating func enter(_ component: String) {
+        current = current == "/" ? "/" + component : current + "/" + component
+    }
+
+    /// `link` (in `current`) points at `target`: walk that instead.
+    mutating func follow(_ target: String?, of link: String, requested path: String) throws(FileError) {
+        linksFollowed += 1
+        guard linksFollowed <= Self.maximumLinks, let target else {
+            throw FileError(path: path, operation: "resolve", errorNumber: ELOOP,
+                            detail: "too many symbolic links, or an unreadable one, on its way (at \(link))")
+        }
+        if target.hasPrefix("/") { current = "/" }
+        remaining += Self.components(of: target).reversed()
     }
 }
