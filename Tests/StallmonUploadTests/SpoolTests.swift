@@ -2,6 +2,7 @@ import Foundation
 @testable import Stallmon
 @testable import StallmonReport
 import StallmonTestSupport
+import Synchronization
 @testable import StallmonUpload
 import Testing
 
@@ -104,5 +105,107 @@ struct SpoolTests {
         #expect(spool.rejected().isEmpty, "the refusal was the interim's, not the final's")
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool.pendingDirectory) == ["stall-2-def.json"],
                 "nothing left aside")
+    }
+
+    // MARK: - Issue 32 (3): an entry set aside is never taken for an abandoned temporary
+
+    /// Sets `path`'s modification time `seconds` back (a report spooled while the collector was down).
+    static func age(_ path: String, seconds: Int) {
+        var times = [timespec(tv_sec: time(nil) - seconds, tv_nsec: 0), timespec(tv_sec: time(nil) - seconds, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, path, &times, 0) == 0)
+    }
+
+    /// A spool whose `remove`/`reject` lets a second uploader (another `Spool` on the same directory, a sidecar)
+    /// list the spool right after each entry is set aside; returns what those listings saw.
+    static func spoolWithAListingInTheAsideWindow(_ directory: String) -> (Spool, Listings) {
+        let listings = Listings()
+        var spool = Spool(reportDirectory: directory)
+        spool.afterSettingAside = { _ in
+            let seen = ((try? Spool(reportDirectory: directory).pending()) ?? []).map(\.name)
+            listings.seen.withLock { $0.append(seen) }
+        }
+        return (spool, listings)
+    }
+
+    final class Listings: Sendable {
+        let seen = Mutex<[[String]]>([])
+    }
+
+    @Test func aRefusedEntrySetAsideSurvivesAnotherUploadersListing() throws {
+        let directory = makeTemporaryDirectory()
+        let path = directory + "/stall-3-old.json"
+        try AtomicFile.write(Array("refused".utf8), to: path)
+        let (spool, listings) = Self.spoolWithAListingInTheAsideWindow(directory)
+        try spool.enqueue(reportPath: path)
+        Self.age(path, seconds: 600)  // written ten minutes ago: the aside keeps this time
+        let sent = try spool.pending()
+        try spool.reject(sent, reason: "HTTP 400: bad")
+        #expect(listings.seen.withLock { $0 } == [[]], "the second listing ran in the window and saw no entry")
+        #expect(spool.rejected() == ["stall-3-old.json"], "the refused report is in rejected/, not lost")
+        #expect(try String(contentsOfFile: spool.rejectedDirectory + "/stall-3-old.json", encoding: .utf8) == "refused")
+        #expect(try spool.pending().isEmpty)
+    }
+
+    @Test func aFinalSetAsideWithItsInterimSurvivesAnotherUploadersListing() throws {
+        let directory = makeTemporaryDirectory()
+        let path = directory + "/stall-4-old.json"
+        try AtomicFile.write(Array("interim".utf8), to: path)
+        let (spool, listings) = Self.spoolWithAListingInTheAsideWindow(directory)
+        try spool.enqueue(reportPath: path)
+        let sent = try spool.pending()  // the interim's batch is in flight…
+        try AtomicFile.write(Array("final!!".utf8), to: path)  // …when the final replaces it
+        try spool.enqueue(reportPath: path)
+        Self.age(path, seconds: 600)
+        try spool.remove(sent)  // the 2xx for the interim sets the final aside, sees it is newer, puts it back
+        #expect(listings.seen.withLock { $0.count } == 1)
+        #expect(try spool.pending().map(\.name) == ["stall-4-old.json"], "the final is still pending")
+        #expect(try String(contentsOfFile: spool.pendingDirectory + "/stall-4-old.json", encoding: .utf8) == "final!!")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool.pendingDirectory) == ["stall-4-old.json"])
+    }
+
+    /// An uploader killed (SIGKILL) between setting entries aside and finishing with them: the next holder of the
+    /// sending lock puts them back; a newer entry under the same name wins; an old aside is never swept.
+    @Test func asidesLeftByAKilledUploaderArePutBackByTheNextLockHolder() throws {
+        let directory = makeTemporaryDirectory()
+        try spoolSampleReports(3, into: directory)
+        let spool = Spool(reportDirectory: directory)
+        let entries = try spool.pending()
+        let pending = spool.pendingDirectory
+        #expect(rename(pending + "/" + entries[0].name, pending + "/.aside-removing-0000abcd-" + entries[0].name) == 0)
+        #expect(rename(pending + "/" + entries[1].name, pending + "/.aside-rejecting-12345678-" + entries[1].name) == 0)
+        // The third was set aside too, and a newer file arrived under its name since.
+        #expect(link(pending + "/" + entries[2].name, pending + "/.aside-removing-ffffffff-" + entries[2].name) == 0)
+        for name in try FileManager.default.contentsOfDirectory(atPath: pending) { Self.age(pending + "/" + name, seconds: 600) }
+        #expect(try spool.pending().map(\.name) == [entries[2].name], "asides are not entries")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: pending).count == 4, "and no listing sweeps one")
+        let lock = spool.tryLockForSending()
+        #expect(lock != nil)
+        #expect(try spool.pending().map(\.name) == entries.map(\.name), "every entry is back")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: pending).sorted() == entries.map(\.name).sorted(),
+                "no aside is left")
+        withExtendedLifetime(lock) {}
+    }
+
+    @Test func anAsideNameGivesBackItsEntryExactly() {
+        #expect(Spool.entryName(ofAside: ".aside-removing-0000abcd-stall-1-a-b.json") == "stall-1-a-b.json")
+        #expect(Spool.entryName(ofAside: ".aside-rejecting-12345678-stall-2.json") == "stall-2.json")
+        #expect(Spool.entryName(ofAside: ".aside-other-12345678-stall-2.json") == nil)
+        #expect(Spool.entryName(ofAside: ".aside-removing-1234-stall-2.json") == nil)
+        #expect(Spool.entryName(ofAside: ".tmp-stall-2.json-1-2") == nil)
+        #expect(Spool.entryName(ofAside: ".aside-removing-12345678-.lock") == nil)
+    }
+
+    /// A spool link keeps the report's modification time: its age is the one its name carries.
+    @Test func aTemporaryIsAsOldAsItsNameSays() {
+        var old = stat()
+        old.st_mtim.tv_sec = time(nil) - 600
+        let now = time(nil)
+        #expect(!AtomicFile.isAbandonedTemporary(AtomicFile.datedTemporaryName(for: "stall-1.json", now: now), old))
+        #expect(AtomicFile.isAbandonedTemporary(AtomicFile.datedTemporaryName(for: "stall-1.json", now: now - 120), old))
+        #expect(AtomicFile.isAbandonedTemporary(".tmp-stall-1.json-123-456", old), "an undated one: its mtime")
+        var fresh = stat()
+        fresh.st_mtim.tv_sec = now
+        #expect(!AtomicFile.isAbandonedTemporary(".tmp-stall-1.json-123-456", fresh))
+        #expect(!AtomicFile.isAbandonedTemporary(".aside-removing-12345678-stall-1.json", old), "never an aside")
     }
 }

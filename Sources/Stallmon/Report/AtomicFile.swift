@@ -122,9 +122,24 @@ public enum AtomicFile {
     /// leftovers of a killed process. An operation takes milliseconds.
     package static let abandonedTemporaryAge: time_t = 60
 
-    /// Whether `name`, with status `info`, is the temporary file of an operation that can no longer finish.
+    /// Whether `name`, with status `info`, is the temporary file of an operation that can no longer finish. Its age
+    /// is the one its name carries (`datedTemporaryName`), else its modification time.
     package static func isAbandonedTemporary(_ name: String, _ info: stat, now: time_t = time(nil)) -> Bool {
-        name.hasPrefix(".tmp-") && now - info.st_mtim.tv_sec > abandonedTemporaryAge
+        guard name.hasPrefix(".tmp-") else { return false }
+        return now - (creationTime(ofTemporary: name) ?? info.st_mtim.tv_sec) > abandonedTemporaryAge
+    }
+
+    /// A temporary name for `name` that carries its own creation time, `.tmp-<name>-t<seconds>-<random>`: for a
+    /// temporary whose modification time is not its own (a hard link keeps the linked file's).
+    package static func datedTemporaryName(for name: String, now: time_t = time(nil)) -> String {
+        ".tmp-\(name)-t\(now)-\(UInt32.random(in: 0...UInt32.max))"
+    }
+
+    /// The creation time a `datedTemporaryName` carries.
+    package static func creationTime(ofTemporary name: String) -> time_t? {
+        let parts = name.split(separator: "-")
+        guard parts.count >= 3, let stamp = parts.dropLast().last, stamp.hasPrefix("t") else { return nil }
+        return time_t(stamp.dropFirst())
     }
 
     /// Removes the abandoned temporary files in `directory` (see `isAbandonedTemporary`).

@@ -205,7 +205,6 @@ public final class Uploader: Sendable {
         let plan = BatchPlan(maxReports: configuration.batchMaxReports,
                              maxAgeNanoseconds: UInt64(configuration.batchMaxAge.nanosecondsClamped),
                              maxBodyBytes: configuration.maxBodyBytes)
-        let idlePoll: UInt64 = 1_000_000_000
         while true {
             let monotonicNow = cstallmon_monotonic_ns()
             let isStopping = stopping.load(ordering: .acquiring)
@@ -219,38 +218,58 @@ public final class Uploader: Sendable {
                 wait(until: min(state.retryAt, deadline ?? .max))
                 continue
             }
-            if state.removal.failing != nil && state.removal.retryAt <= monotonicNow { retryRemovals(&state) }
-            if state.rejection.retryAt <= monotonicNow && !refused.withLock({ $0.isEmpty }) { retryRejects(&state) }
-            let pending: [SpoolEntry]
-            do {
-                pending = notYetDelivered(try enforceQuotas(try spool.pending()))
-            } catch {
-                logFailure(&state, "cannot read the spool: \(error)")
-                state.retryAt = monotonicNow + idlePoll
+            // One uploader at a time per spool, across processes (an in-process one and a sidecar): everything from
+            // listing to removing happens under the lock, so no two send the same entries, and no listing sweeps
+            // what another is moving. Another uploader's pass is waited for, not joined.
+            guard let lock = spool.tryLockForSending() else {
+                wait(until: monotonicNow + 50_000_000)
                 continue
             }
-            switch plan.decide(pending, now: WallClock.nowNanoseconds(), flush: flushing) {
-            case .idle:
-                if flushing { return }
-                wait(until: monotonicNow + idlePoll)
-            case .wait(let dueAt):
-                let wallNow = WallClock.nowNanoseconds()
-                wait(until: monotonicNow + min(idlePoll, dueAt > wallNow ? dueAt - wallNow : 0))
-            case .tooLarge(let entry):
-                rejectEntries([entry], state: &state,
-                              reason: "report of \(entry.bytes) bytes exceeds upload_max_body_bytes "
-                                  + "(\(configuration.maxBodyBytes))")
-            case .send(let batch):
-                // One sender per spool, across processes: wait for another uploader's batch rather than send the
-                // same entries beside it, then send only what it left.
-                guard let lock = spool.tryLockForSending() else {
-                    wait(until: monotonicNow + 50_000_000)
-                    continue
-                }
-                let left = spool.stillPending(batch)
-                if !left.isEmpty { deliver(left, state: &state, deadline: deadline) }
-                withExtendedLifetime(lock) {}
+            let next = pass(&state, plan: plan, now: monotonicNow, deadline: deadline, flushing: flushing)
+            withExtendedLifetime(lock) {}
+            switch next {
+            case .finished: return
+            case .again: continue
+            case .waitUntil(let wakeAt): wait(until: wakeAt)
             }
+        }
+    }
+
+    /// What the loop does after a pass.
+    private enum PassOutcome {
+        case finished
+        case again
+        case waitUntil(UInt64)
+    }
+
+    /// One pass under the sending lock: chores, quotas, then the batch plan's decision, carried out.
+    private func pass(_ state: inout LoopState, plan: BatchPlan, now monotonicNow: UInt64, deadline: UInt64?,
+                      flushing: Bool) -> PassOutcome {
+        let idlePoll: UInt64 = 1_000_000_000
+        if state.removal.failing != nil && state.removal.retryAt <= monotonicNow { retryRemovals(&state) }
+        if state.rejection.retryAt <= monotonicNow && !refused.withLock({ $0.isEmpty }) { retryRejects(&state) }
+        let pending: [SpoolEntry]
+        do {
+            pending = notYetDelivered(try enforceQuotas(try spool.pending()))
+        } catch {
+            logFailure(&state, "cannot read the spool: \(error)")
+            state.retryAt = monotonicNow + idlePoll
+            return .again
+        }
+        switch plan.decide(pending, now: WallClock.nowNanoseconds(), flush: flushing) {
+        case .idle:
+            return flushing ? .finished : .waitUntil(monotonicNow + idlePoll)
+        case .wait(let dueAt):
+            let wallNow = WallClock.nowNanoseconds()
+            return .waitUntil(monotonicNow + min(idlePoll, dueAt > wallNow ? dueAt - wallNow : 0))
+        case .tooLarge(let entry):
+            rejectEntries([entry], state: &state,
+                          reason: "report of \(entry.bytes) bytes exceeds upload_max_body_bytes "
+                              + "(\(configuration.maxBodyBytes))")
+            return .again
+        case .send(let batch):
+            deliver(batch, state: &state, deadline: deadline)
+            return .again
         }
     }
 

@@ -11,8 +11,15 @@ import StallmonReport
 /// Spooling links the report (no copy) under a temporary name and renames it into `pending/`, so an entry is either
 /// absent or complete; an interim report's entry is replaced by its final one (same name, same id). Deleting the
 /// local report does not lose the spooled one. A delivered entry is unlinked only after a 2xx.
+///
+/// An entry being removed or rejected is first renamed aside (`.aside-…`), checked, then unlinked or moved on; all of
+/// that happens under the sending lock, so an aside that a holder of the lock finds was left by an uploader killed
+/// midway, and is put back (`restoreOrphanedAsides`). No sweep of old temporary files ever takes an aside.
 public struct Spool: Sendable {
     public let directory: String
+    /// Called with an aside's path right after an entry was renamed aside, before it is checked: for tests that
+    /// make another uploader act in that window.
+    package var afterSettingAside: (@Sendable (String) -> Void)?
     public var pendingDirectory: String { directory + "/pending" }
     public var rejectedDirectory: String { directory + "/rejected" }
 
@@ -37,7 +44,9 @@ public struct Spool: Sendable {
     public func enqueue(reportPath: String, name: String? = nil) throws(FileError) {
         try prepare()
         let name = name ?? Self.entryName(forReportAt: reportPath)
-        let temporary = "\(pendingDirectory)/.tmp-\(name)-\(UInt32.random(in: 0...UInt32.max))"
+        // A hard link keeps the report's modification time, so the name carries the temporary's own (see
+        // `AtomicFile.isAbandonedTemporary`): a report written long ago is not taken for an abandoned temporary.
+        let temporary = "\(pendingDirectory)/" + AtomicFile.datedTemporaryName(for: name)
         guard link(reportPath, temporary) == 0 else { throw .last("link into spool", temporary) }
         guard rename(temporary, "\(pendingDirectory)/\(name)") == 0 else {
             let failure = FileError.last("rename into spool", name)
@@ -84,6 +93,8 @@ public struct Spool: Sendable {
 
     /// Takes the sending lock without waiting: nil while another uploader holds it. A spool where the lock file
     /// cannot be created or opened (read-only, say) gets a lock that coordinates nothing, rather than no uploads.
+    /// Every listing that leads to a send, removal or rejection happens under it; taking it puts back the asides a
+    /// killed holder left.
     func tryLockForSending() -> SendingLock? {
         let path = directory + "/.lock"
         // In a directory another user could steer, no lock file is opened (or created through a planted link);
@@ -95,20 +106,59 @@ public struct Spool: Sendable {
             close(fd)
             return nil  // another uploader is sending
         }
+        if fd >= 0 { restoreOrphanedAsides() }
         return SendingLock(fd: fd)
     }
 
-    /// The entries of `batch` that are still pending as the very files that were listed.
-    func stillPending(_ batch: [SpoolEntry]) -> [SpoolEntry] {
-        batch.filter { entry in
-            var info = stat()
-            guard stat(path(of: entry), &info) == 0 else { return false }
-            return entry.identity.map { $0 == FileIdentity(info) } ?? true
-        }
+    /// What an aside is for, the first word of its name.
+    private enum AsidePurpose: String {
+        case removing, rejecting
     }
 
-    /// Pending entries, oldest first. Temporary files of an interrupted enqueue or removal, once older than a minute,
-    /// are removed.
+    /// `.aside-<purpose>-<8 hex digits>-<entry name>`: the entry's name comes last, whole, so it is read back exactly.
+    private func asidePath(for entry: SpoolEntry, _ purpose: AsidePurpose) -> String {
+        let tag = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        let padded = String(repeating: "0", count: 8 - tag.count) + tag
+        return "\(pendingDirectory)/.aside-\(purpose.rawValue)-\(padded)-\(entry.name)"
+    }
+
+    /// The entry name an aside was set aside from, or nil for a name that is not an aside.
+    static func entryName(ofAside name: String) -> String? {
+        guard name.hasPrefix(".aside-") else { return nil }
+        let rest = name.dropFirst(".aside-".count)
+        guard let dash = rest.firstIndex(of: "-"), AsidePurpose(rawValue: String(rest[..<dash])) != nil else {
+            return nil
+        }
+        let afterPurpose = rest[rest.index(after: dash)...]
+        guard afterPurpose.count > 9, afterPurpose.dropFirst(8).first == "-" else { return nil }
+        let entry = String(afterPurpose.dropFirst(9))
+        return entry.hasSuffix(".json") && !entry.contains("/") ? entry : nil
+    }
+
+    /// Puts back the asides an uploader killed between setting an entry aside and finishing with it left: each
+    /// becomes its entry again unless a newer one took the name meanwhile (which supersedes it). A removal that was
+    /// interrupted after its acknowledgement is thus sent again (at-least-once: the receiver dedupes on the id);
+    /// nothing is lost. Called only by the holder of the sending lock, so no aside in progress is taken.
+    @discardableResult
+    func restoreOrphanedAsides() -> Int {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: pendingDirectory) else { return 0 }
+        var restored = 0
+        for name in names {
+            guard let entry = Self.entryName(ofAside: name) else { continue }
+            let aside = "\(pendingDirectory)/\(name)"
+            if link(aside, "\(pendingDirectory)/\(entry)") == 0 {
+                restored += 1
+            } else if errno != EEXIST {
+                continue  // left for the next holder rather than lost
+            }
+            _ = unlink(aside)
+        }
+        if restored > 0 { try? AtomicFile.syncDirectory(pendingDirectory) }
+        return restored
+    }
+
+    /// Pending entries, oldest first. Temporary files of an interrupted enqueue, once older than a minute, are
+    /// removed; asides are not entries and are never removed here (see `restoreOrphanedAsides`).
     public func pending() throws(FileError) -> [SpoolEntry] {
         // Entries are read and sent off the host: a directory another user could fill (with a link to a secret
         // file, say) is refused before anything in it is read.
@@ -132,6 +182,7 @@ public struct Spool: Sendable {
                 if AtomicFile.isAbandonedTemporary(name, info) { _ = unlink(path) }
                 continue
             }
+            if name.hasPrefix(".") { continue }  // an aside, the lock
             guard name.hasSuffix(".json"), info.st_mode & S_IFMT == S_IFREG else { continue }  // never a link
             entries.append(SpoolEntry(name: name, bytes: Int(info.st_size), spooledAt: info.modifiedNanoseconds,
                                       identity: FileIdentity(info)))
@@ -143,7 +194,7 @@ public struct Spool: Sendable {
 
     /// Removes delivered (or dropped) entries, each only if `pending/` still holds the very file that was listed:
     /// the entry is first renamed aside (atomic), then compared; a newer file that replaced it (a final report over
-    /// its interim) is put back. Entries already gone are fine.
+    /// its interim) is put back. Entries already gone are fine. Only under the sending lock.
     func remove(_ entries: [SpoolEntry]) throws(FileError) {
         for entry in entries {
             let path = path(of: entry)
@@ -151,11 +202,12 @@ public struct Spool: Sendable {
                 if unlink(path) != 0 && errno != ENOENT { throw .last("unlink", path) }
                 continue
             }
-            let aside = "\(pendingDirectory)/.tmp-removing-\(entry.name)-\(UInt32.random(in: 0...UInt32.max))"
+            let aside = asidePath(for: entry, .removing)
             guard rename(path, aside) == 0 else {
                 if errno == ENOENT { continue }
                 throw .last("unlink", path)
             }
+            afterSettingAside?(aside)
             var info = stat()
             if stat(aside, &info) == 0 && FileIdentity(info) != identity {
                 // Replaced after it was listed: the newer content was not sent. Put it back unless an even newer one
@@ -172,7 +224,8 @@ public struct Spool: Sendable {
     }
 
     /// Moves entries to `rejected/`, each with a `.reason` file written first; as `remove`, only the very file that
-    /// was listed: an entry replaced since (an interim report by its final one) stays pending, to be sent.
+    /// was listed: an entry replaced since (an interim report by its final one) stays pending, to be sent. Only under
+    /// the sending lock.
     func reject(_ entries: [SpoolEntry], reason: String) throws(FileError) {
         try prepare()
         for entry in entries {
@@ -183,11 +236,12 @@ public struct Spool: Sendable {
                 continue
             }
             // Set aside first, so what is checked is what is moved.
-            let aside = "\(pendingDirectory)/.tmp-rejecting-\(entry.name)-\(UInt32.random(in: 0...UInt32.max))"
+            let aside = asidePath(for: entry, .rejecting)
             guard rename(path(of: entry), aside) == 0 else {
                 if errno == ENOENT { _ = unlink(target + ".reason"); continue }
                 throw .last("move to rejected", target)
             }
+            afterSettingAside?(aside)
             var info = stat()
             if stat(aside, &info) == 0 && FileIdentity(info) != identity {
                 // Replaced after it was listed: the newer content was never sent. Put it back (unless an even newer
