@@ -40,6 +40,15 @@ final class ControlSocket: Sendable {
             client.logger.warning("stallmon: no control socket (snapshots on demand): the path \(path) is too long")
             return nil
         }
+        // Right before anything is bound, removed or looked at there: the directory may have been created (by
+        // another user) since the monitor checked it at creation.
+        do {
+            try DirectoryTrust.verify(directory)
+        } catch {
+            close(descriptor)
+            client.logger.warning("stallmon: no control socket (snapshots on demand): \(error)")
+            return nil
+        }
         removeStaleSockets(in: directory)
         if ControlSocketClient.isAnswering(path) {
             // Another live process with this pid number (another pid namespace sharing the directory): not ours.
@@ -51,8 +60,10 @@ final class ControlSocket: Sendable {
             return nil
         }
         unlink(path)  // a socket left by an earlier process of this pid (pids are reused)
-        let bound = address.withSockaddr { bind(descriptor, $0, $1) }
-        guard bound == 0, chmod(path, 0o600) == 0, listen(descriptor, 8) == 0 else {
+        // The socket file takes the unbound socket's mode (less the umask) when bound: set here, on the descriptor,
+        // never by path afterwards (a path can be swapped between bind and chmod).
+        let bound = fchmod(descriptor, 0o600) == 0 ? address.withSockaddr { bind(descriptor, $0, $1) } : -1
+        guard bound == 0, listen(descriptor, 8) == 0 else {
             let reason = String(cString: strerror(errno))
             close(descriptor)
             unlink(path)

@@ -1,3 +1,4 @@
+import CStallmonCapture
 import Foundation
 
 #if canImport(Glibc)
@@ -18,11 +19,18 @@ public enum ControlSocketClient {
         case failure(String)
     }
 
-    /// Whether a process listens at `path` (a connection is accepted, then closed without a request).
+    /// Whether a process listens at `path`: a connection is accepted (then closed without a request), or would be
+    /// but for a full backlog. Never waits: a listener that does not accept cannot hold up a monitor's start.
     static func isAnswering(_ path: String) -> Bool {
-        guard case .success(let descriptor) = connect(to: path) else { return false }
-        close(descriptor)
-        return true
+        switch connect(to: path, timeout: .zero) {
+        case .success(let descriptor):
+            close(descriptor)
+            return true
+        case .failure(.system(let error)):
+            return error == EAGAIN || error == ETIMEDOUT
+        case .failure(.tooLong):
+            return false
+        }
     }
 
     private enum ConnectFailure: Error {
@@ -30,23 +38,42 @@ public enum ControlSocketClient {
         case system(Int32)
     }
 
-    /// A stream connection to `path` (the caller closes it), or why there is none.
-    private static func connect(to path: String) -> Result<Int32, ConnectFailure> {
+    /// A stream connection to `path` (the caller closes it), or why there is none, within `timeout`: an `AF_UNIX`
+    /// connect to a listener whose backlog is full blocks until it accepts, so it is made non-blocking and waited
+    /// for with `poll` (`EAGAIN` once `timeout` passes). The descriptor is blocking again when returned.
+    private static func connect(to path: String, timeout: Duration) -> Result<Int32, ConnectFailure> {
         guard let address = UnixSocketAddress(path) else { return .failure(.tooLong) }
-        let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let flags = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
+        let descriptor = socket(AF_UNIX, flags, 0)
         guard descriptor >= 0 else { return .failure(.system(errno)) }
-        guard address.withSockaddr({ Glibc.connect(descriptor, $0, $1) }) == 0 else {
-            let error = errno
+        let deadline = cstallmon_monotonic_ns() + UInt64(max(0, timeout.nanosecondsClamped))
+        while address.withSockaddr({ Glibc.connect(descriptor, $0, $1) }) != 0 {
+            var error = errno
+            if error == EINTR { continue }
+            if error == EAGAIN || error == EINPROGRESS {
+                // A full backlog: try again until the deadline (AF_UNIX reports no completion through poll).
+                let now = cstallmon_monotonic_ns()
+                if now < deadline {
+                    usleep(UInt32(min(10_000, (deadline - now) / 1_000)))
+                    continue
+                }
+                error = EAGAIN
+            }
             close(descriptor)
             return .failure(.system(error))
         }
+        _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) & ~O_NONBLOCK)
         return .success(descriptor)
     }
+
+    /// The longest reply read: `ok <path>` or `error <reason>`, one line.
+    static let maximumReplyBytes = 8192
 
     /// Asks the service listening at `path` for a snapshot; waits up to `timeout` for the reply.
     public static func requestSnapshot(at path: String, timeout: Duration = .seconds(15)) -> Outcome {
         let descriptor: Int32
-        switch connect(to: path) {
+        let deadline = cstallmon_monotonic_ns() + UInt64(max(0, timeout.nanosecondsClamped))
+        switch connect(to: path, timeout: min(timeout, .seconds(5))) {
         case .success(let connected):
             descriptor = connected
         case .failure(.tooLong):
@@ -54,6 +81,8 @@ public enum ControlSocketClient {
         case .failure(.system(let error)):
             let reason = String(cString: strerror(error))
             switch error {
+            case EAGAIN:
+                return .failure("\(path) does not accept connections (its backlog is full): is the service hung?")
             case ENOENT, ECONNREFUSED:
                 return .failure("no stallmon control socket at \(path) (\(reason)): is the process running a "
                     + "monitor with this report directory and control_socket on?")
@@ -64,20 +93,29 @@ public enum ControlSocketClient {
             }
         }
         defer { close(descriptor) }
-        let seconds = Int(timeout.components.seconds)
-        var wait = timeval(tv_sec: seconds, tv_usec: 0)
-        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &wait, socklen_t(MemoryLayout<timeval>.size))
         let request = Array((ControlSocket.snapshotRequest + "\n").utf8)
         // A service that refuses (another user) answers and closes before reading: its answer is read even when
         // the request could not be sent.
+        var timeLeft = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &timeLeft, socklen_t(MemoryLayout<timeval>.size))
         let sent = send(descriptor, request, request.count, Int32(MSG_NOSIGNAL)) == request.count
         let sendError = sent ? nil : String(cString: strerror(errno))
+        // One line, bounded in size and in time as a whole (a peer sending a byte now and then cannot stretch it).
         var reply: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while !reply.contains(UInt8(ascii: "\n")) {
-            let count = recv(descriptor, &buffer, buffer.count, 0)
+        while !reply.contains(UInt8(ascii: "\n")) && reply.count < Self.maximumReplyBytes {
+            let now = cstallmon_monotonic_ns()
+            guard now < deadline else { break }
+            let left = deadline - now
+            timeLeft = timeval(tv_sec: Int(left / 1_000_000_000), tv_usec: max(1, Int(left % 1_000_000_000) / 1_000))
+            setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeLeft, socklen_t(MemoryLayout<timeval>.size))
+            let count = recv(descriptor, &buffer, min(buffer.count, Self.maximumReplyBytes - reply.count), 0)
+            if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
             reply += buffer[..<count]
+        }
+        if reply.count >= Self.maximumReplyBytes && !reply.contains(UInt8(ascii: "\n")) {
+            return .failure("the reply from \(path) is longer than \(Self.maximumReplyBytes) bytes: not a stallmon service")
         }
         let line = String(decoding: reply, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if line.hasPrefix("ok ") { return .success(String(line.dropFirst(3))) }
