@@ -93,6 +93,13 @@ public enum ControlSocketClient {
             }
         }
         defer { close(descriptor) }
+        // Only a service of our own user answers (it refuses any other): a socket another user put in the directory
+        // is not asked, and nothing it would say is read.
+        let owner = cstallmon_socket_peer_uid(descriptor)
+        guard owner == Int64(geteuid()) else {
+            return .failure("the socket at \(path) is served by uid \(owner), not by this user (uid \(geteuid())): "
+                + "not asked; run stallmon snapshot as the service's user")
+        }
         let request = Array((ControlSocket.snapshotRequest + "\n").utf8)
         // A service that refuses (another user) answers and closes before reading: its answer is read even when
         // the request could not be sent.
