@@ -168,6 +168,15 @@ struct NIOStallMonitorTests {
         #expect(report.stallClass == .blocked)
         #expect(report.hottestStack?.frames.contains { report.frames[$0].symbol?.contains("waitInOwnEpoll") == true }
                 == true)
+        // The task's own function tops the report, not the epoll_wait it called, which is StallmonNIO's interposer
+        // (CStallmonNIOHook/hook.c): no frame of stallmon's C code is in-app (issue 32, item 5).
+        #expect(report.topFrame?.symbol.contains("waitInOwnEpoll") == true, "\(String(describing: report.topFrame))")
+        let stallmonC = report.frames.filter {
+            $0.file?.contains("/Sources/CStallmon") == true || $0.symbol == "epoll_wait"
+                || $0.symbol?.hasPrefix("cstallmon_") == true
+        }
+        #expect(stallmonC.allSatisfy { !$0.inApp },
+                "\(stallmonC.filter(\.inApp).map { ($0.symbol ?? "-") + " " + ($0.file ?? "-") })")
     }
 
     /// NIO names loop threads `NIO-ELT-<group>-#<index>`; the kernel keeps 15 characters of it, so in group 100 and

@@ -74,6 +74,11 @@ public struct OfflineSymbolicator {
                         physical.file = nil
                         physical.line = nil
                     }
+                    // The in-app rules the writer used are not in the report, so `inApp` stands, but names and
+                    // files found only now may show the frame is stallmon's own C code: never the service's.
+                    if Symbolicator.isStallmonCCode(symbol: physical.symbol, file: physical.file) {
+                        physical.inApp = false
+                    }
                 }
             }
             let logical = StallReport.Frame.expanding(physical, inlined: calls, executable: report.process.executable)

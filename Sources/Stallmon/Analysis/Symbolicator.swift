@@ -173,11 +173,12 @@ final class Symbolicator {
     }
 
     /// In-app frames are the user's code: not the C library, the Swift runtime, Foundation, Dispatch, libunwind,
-    /// nor stallmon's own loop and monitor; nor standard library code the compiler inlined or specialized into the
-    /// user's binary.
+    /// nor stallmon's own loop, monitor and C code (`isStallmonCCode`, first: no rule re-includes it); nor standard
+    /// library code the compiler inlined or specialized into the user's binary.
     /// The rules of `InAppRules`' documentation, in that order.
     static func isInApp(module: String?, symbol: String?, file: String? = nil, executable: String,
                         rules: InAppRules = InAppRules()) -> Bool {
+        if isStallmonCCode(symbol: symbol, file: file) { return false }
         if let symbol {
             if ownPrefixes.contains(where: { symbol.hasPrefix($0) }) { return false }
             // `merged X`: functions of identical code the optimizer folded into one.
@@ -328,6 +329,48 @@ final class Symbolicator {
     static let wellKnownDependencyPrefixes = ["_NIO", "CNIO", "_Crypto", "CGRPC", "_Hummingbird"]
 
     static let ownModules = ["StallmonLoop", "Stallmon", "StallmonReport", "StallmonUpload", "StallmonNIO"]
+
+    // MARK: - stallmon's own C code
+
+    /// Whether a frame is stallmon's own C code (issue 32, item 5), wherever the package was checked out (a path
+    /// dependency, a SwiftPM checkout, this repository) and however it was linked (SwiftPM links it statically into
+    /// the executable, where the image cannot tell it from the service's code). By the frame's DWARF source file
+    /// when it has one: a file under `Sources/<one of stallmon's C targets>/` (`ownCTargets`). By name: every
+    /// function stallmon exports is `cstallmon_…`; without a source file (no DWARF), also the few it defines without
+    /// the prefix that run on a monitored thread (`ownUnprefixedCFunctions`). A file elsewhere (a service's own
+    /// `hook.c`, its own `epoll_wait` interposer) is not stallmon's.
+    static func isStallmonCCode(symbol: String?, file: String?) -> Bool {
+        if let symbol, symbol.hasPrefix(ownCPrefix) { return true }
+        if let file { return isInStallmonCTarget(file) }
+        guard let symbol else { return false }
+        // `name.cold`, `name.llvm.123`: parts of the function the compiler split off or renamed.
+        return ownUnprefixedCFunctions.contains { symbol == $0 || symbol.hasPrefix($0 + ".") }
+    }
+
+    /// Whether `file` (a DWARF source path: absolute, or relative to the package root when the build mapped the
+    /// prefix away) lies in one of stallmon's C targets. Exact target directories only: SwiftPM refuses two targets
+    /// of one name in a package graph, so no other package's target lives in `Sources/CStallmonNIOHook/`, while a
+    /// service's `Sources/CStallmonExtras/` or `Sources/AppHooks/hook.c` is the service's.
+    static func isInStallmonCTarget(_ file: String) -> Bool {
+        ownCTargets.contains { target in
+            file.hasPrefix("Sources/\(target)/") || file.contains("/Sources/\(target)/")
+        }
+    }
+
+    /// The prefix of every C function stallmon exports.
+    static let ownCPrefix = "cstallmon_"
+    /// stallmon's C targets (Package.swift): their sources and headers are stallmon's, never the service's.
+    static let ownCTargets = ["CStallmonCapture", "CStallmonConcurrency", "CStallmonNIOHook", "CStallmonLoopShims",
+                              "CStallmonSymbols", "CStallmonCLI"]
+    /// Functions stallmon's C code defines without the `cstallmon_` prefix that a sample of a monitored thread can
+    /// catch: StallmonNIO's interposed `epoll_wait` (CStallmonNIOHook/hook.c; in a non-system image that name is
+    /// stallmon's hook or a statically linked libc's, not the service's work), and the global executor's job runners
+    /// and hooks (CStallmonConcurrency/executor.c; `run_timed` and `run_job` are always inlined, so only DWARF,
+    /// which names the file, shows them). Used only for frames without a DWARF source file, which decides otherwise.
+    static let ownUnprefixedCFunctions = ["epoll_wait", "run_timed_job", "run_timed_main_job", "enqueue_global",
+                                          "enqueue_with_delay", "enqueue_with_deadline", "enqueue_after",
+                                          "canary_run"]
+
     /// Stallmon's own code and compiler glue, which is never where the user's work is.
     static let ownPrefixes = ["StallmonLoop.", "Stallmon.", "StallmonReport.", "StallmonUpload.", "StallmonNIO.",
                               "(extension in Stallmon)", "(extension in StallmonLoop)", "(extension in StallmonReport)",

@@ -98,7 +98,23 @@ struct ConcurrencyStallMonitorTests {
         #expect(report.job?.priority == "medium")
         #expect(report.captures.succeeded >= 1, "\(name) has a stack: the sampling signal reached the worker")
         #expect(report.signature != nil)
+        // The executor's job runner (run_timed_job, with run_timed and run_job inlined in it) is under every job's
+        // code: stallmon's own C code is never in-app, so it takes no part in the signature (issue 32, item 5).
+        let stallmonC = stallmonCFrames(report)
+        #expect(stallmonC.allSatisfy { !$0.inApp },
+                "\(name): \(stallmonC.filter(\.inApp).map { ($0.symbol ?? "-") + " " + ($0.file ?? "-") })")
         return report
+    }
+
+    /// The frames of `report` from stallmon's own C code: by source file, by the exported prefix, and by the names of
+    /// the executor's job runners.
+    static func stallmonCFrames(_ report: StallReport) -> [StallReport.Frame] {
+        let runners: Set<String> = ["run_job", "run_timed", "run_timed_job", "run_timed_main_job"]
+        return report.frames.filter { frame in
+            guard let symbol = frame.symbol else { return frame.file?.contains("/Sources/CStallmon") == true }
+            return frame.file?.contains("/Sources/CStallmon") == true || runners.contains(symbol)
+                || symbol.hasPrefix("cstallmon_")
+        }
     }
 
     @Test("a task, a task group's child and an actor stall the pool: one report each, near misses none")
@@ -112,6 +128,10 @@ struct ConcurrencyStallMonitorTests {
         #expect(cpu?.job?.taskId != nil)
         #expect(cpu?.job?.taskName == "checkout cart", "Task.detached(name:)")
         #expect(cpu?.label == "POST /checkout", "StallLabel.withValue")
+        // Its stack runs through the executor's runner, which is not in-app (checked in `check`): the report tops the
+        // job's own function and the runner is there to be left out.
+        #expect(cpu.map { report in Self.stallmonCFrames(report).contains { $0.symbol == "run_timed_job" } } == true,
+                "\(cpu?.frames.map { $0.symbol ?? "-" } ?? [])")
         let sleep = Self.check(run, job: "sleep", topFrame: "AsyncStalls.blockingSleep",
                                loop: "swift-global-executor", executor: "global", stallClass: .blocked)
         #expect(sleep?.job?.taskName == "résumé renderer", "a task group's child named in addTask(name:)")
