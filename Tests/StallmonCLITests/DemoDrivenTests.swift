@@ -294,6 +294,9 @@ extension DemoDrivenTests {
                 #expect(report.ongoing, "the stall never ended")
                 #expect(report.durationMs >= 1500 && report.durationMs <= 1575, "within 5 %: \(report.durationMs) ms")
                 #expect(report.topFrame?.symbol.contains("crunchPrimes") == true)
+                // Nobody stopped the process: nothing of the stall is set aside as frozen (issue 32, item 4).
+                #expect(report.frozenMs == nil, "\(report.frozenMs ?? 0) ms taken for a freeze")
+                #expect(!Self.events(directory).contains { $0.event == "process.frozen" })
                 let hang = Self.events(directory).filter { $0.event == "stall.hang" }
                 #expect(hang.count == 1 && hang.first?.action == "abort" && hang.first?.report != nil, "\(hang)")
                 let path = try #require(hang.first?.report)
@@ -349,6 +352,7 @@ extension DemoDrivenTests {
                 #expect(interim, "the hang is reported (interim)")
                 #expect(demo.process.isRunning, "still running: \(demo.result(timedOut: false))")
                 #expect(!Self.events(directory).contains { $0.event == "stall.hang" })
+                #expect(!Self.events(directory).contains { $0.event == "process.frozen" }, "nobody stopped the process")
             }
         }
     }

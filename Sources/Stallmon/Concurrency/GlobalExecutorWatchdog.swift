@@ -82,7 +82,8 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                 writer.submit(.frozen(loopName: poolName, nanoseconds: frozen), from: client)
             }
             var wakeAt = now + detectorConfiguration.idlePoll
-            var waitedForACapture = false
+            // Whether this pass waits on work of its own (captures, the writer): then its length is not a freeze.
+            var waitedOnItsOwnWork = false
             var inProgress = [UInt64](repeating: 0, count: poolClasses.count)
             var workersAlive = 0
             var views: [StarvationWatch.WorkerView] = []
@@ -94,7 +95,7 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                     // The thread exited (its last job ended before it did): a stall in progress ends now.
                     let (_, waited) = step(known, .idle(completedIterations: 0), now: now,
                                            freezes: freezeWatch.freezes, lender: lender, retired: true)
-                    waitedForACapture = waitedForACapture || waited
+                    waitedOnItsOwnWork = waitedOnItsOwnWork || waited
                     lender.giveBack(&known.capturer)
                     workers[index] = nil
                     worker = nil
@@ -122,27 +123,29 @@ final class GlobalExecutorWatchdog: WatchdogThread {
                 }
                 let (workerWake, waited) = step(worker, reading, now: now, freezes: freezeWatch.freezes,
                                                 lender: lender)
-                waitedForACapture = waitedForACapture || waited
+                waitedOnItsOwnWork = waitedOnItsOwnWork || waited
                 wakeAt = min(wakeAt, workerWake)
                 if !worker.tracker.isStalled { lender.giveBack(&worker.capturer) }
             }
             if let request = snapshots.pending(after: answeredSnapshot) {
                 answeredSnapshot = request
-                snapshots.contribute(ObjectIdentifier(self), generation: request,
-                                     parts: snapshotParts(views, workersAlive: workersAlive, lender: lender))
+                let parts = snapshotParts(views, workersAlive: workersAlive, lender: lender)
+                // Each busy worker's capture waits up to capture_timeout_ms.
+                waitedOnItsOwnWork = waitedOnItsOwnWork || parts.contains { $0.sample != nil }
+                snapshots.contribute(ObjectIdentifier(self), generation: request, parts: parts)
             }
             let starving = starvation.isStarving
             wakeAt = min(wakeAt, starvation.pass(now: now, workers: views) { view in
                 (Self.job(of: view.probe, index: view.index), Self.label(index: view.index, sequence: view.probe.sequence))
             })
-            waitedForACapture = waitedForACapture || starving || starvation.isStarving
+            waitedOnItsOwnWork = waitedOnItsOwnWork || starving || starvation.isStarving
             if configuration.poolStatistics, poolStats.nextDue.map({ now >= $0 }) ?? true {
                 let windows = poolStats.step(now: now, readings: Self.poolReadings(poolClasses, inProgress: inProgress),
                                              workers: [poolName: workersAlive])
                 for window in windows { writer.submit(.poolStats(window), from: client) }
             }
             if configuration.poolStatistics, let due = poolStats.nextDue { wakeAt = min(wakeAt, due) }
-            if let frozen = freezeWatch.passEnds(began: now, waitedForACapture: waitedForACapture, wakeAt: wakeAt) {
+            if let frozen = freezeWatch.passEnds(began: now, waitedOnItsOwnWork: waitedOnItsOwnWork, wakeAt: wakeAt) {
                 client.counters.freezes.wrappingAdd(1, ordering: .relaxed)
                 writer.submit(.frozen(loopName: poolName, nanoseconds: frozen), from: client)
             }
@@ -168,7 +171,7 @@ final class GlobalExecutorWatchdog: WatchdogThread {
         }
         starvation.stopMidStarvation(now: cstallmon_monotonic_ns())
         for worker in workers.values {
-            worker.tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: worker.tid)
+            worker.tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: worker.tid, freezes: freezeWatch.freezes)
             lender.giveBack(&worker.capturer)
         }
     }
@@ -259,7 +262,7 @@ final class GlobalExecutorWatchdog: WatchdogThread {
     }
 
     private func step(_ worker: Worker, _ reading: LoopProbe.Reading, now: UInt64, freezes: FreezeTracker,
-                      lender: SlotLender, retired: Bool = false) -> (wakeAt: UInt64, waitedForACapture: Bool) {
+                      lender: SlotLender, retired: Bool = false) -> (wakeAt: UInt64, waitedOnItsOwnWork: Bool) {
         let index = worker.index
         let generation = worker.generation
         let tid = worker.tid

@@ -343,6 +343,8 @@ final class ReportWriter: Sendable {
         if let phaseOfReport = client.phaseOfReport { report.phase = phaseOfReport(report) }
         report.mode = snapshot.mode
         report.job = snapshot.job
+        // A hung stall's every ongoing report says so (each replaces the one before on disk); its final has none.
+        report.hang = snapshot.hang
         if let text = snapshot.labelText { report.label = text }
         if let starvation = snapshot.starvation {
             Self.describeStarvation(&report, starvation, builder: builder)

@@ -31,6 +31,10 @@ struct StallSnapshot: Sendable {
     var labelText: String? = nil
     /// For a starved pool's report (then `samples` are every culprit's).
     var starvation: StarvationSnapshot? = nil
+    /// What was done once the stall passed a hang limit (the report's `hang`). Part of the stall, not of one message:
+    /// every ongoing report written after it (an interim, the one written at stop) replaces the hang's report on
+    /// disk and must still say so. The final report has none (it replaces the hang's, as the README says).
+    var hang: StallReport.Hang? = nil
 }
 
 /// A starved pool as the watchdog saw it: the culprits (one snapshot per busy worker, with its samples) and the

@@ -56,10 +56,15 @@ final class StallTracker {
     private let holders: HolderSampler
     private var warnedAboutBlockedSignal = false
     private var warnedAboutReplacedHandler = false
+    /// Whether systemd's watchdog is fed in this process (`SystemdNotifier`): then a stall past
+    /// `systemd_hang_after_ms` is marked hung. Injected so that tests need no notifier thread.
+    private let systemdIsFed: () -> Bool
 
     init(loopName: String, client: ReportClient, writer: ReportWriter, annotations: IterationAnnotations?,
-         stallCounter: Counter, stallDuration: Metrics.Timer) {
+         stallCounter: Counter, stallDuration: Metrics.Timer,
+         systemdIsFed: @escaping () -> Bool = { SystemdNotifier.shared.isFeeding }) {
         self.loopName = loopName
+        self.systemdIsFed = systemdIsFed
         self.client = client
         self.writer = writer
         self.annotations = annotations
@@ -95,11 +100,12 @@ final class StallTracker {
     }
 
     /// One pass over `reading`, the thread's probe read at `now`. Returns when the tracker wants the next pass, and
-    /// whether this pass waited for a capture (so it is not judged as a freeze).
+    /// whether this pass waited on work of its own (a capture's handler, the writer making a hang's report durable):
+    /// its length is then no sign of a freeze (`FreezeWatch.passEnds`).
     func step(_ reading: LoopProbe.Reading, now: UInt64, target: Target,
-              freezes: FreezeTracker) -> (wakeAt: UInt64, waitedForACapture: Bool) {
+              freezes: FreezeTracker) -> (wakeAt: UInt64, waitedOnItsOwnWork: Bool) {
         let threshold = UInt64(client.configuration.threshold.nanosecondsClamped)
-        var waitedForACapture = false
+        var waitedOnItsOwnWork = false
         // The detector sees the iteration as if it began later by the time the whole process was frozen, so a
         // SIGSTOP or VM pause is never mistaken for a stall.
         var adjusted = reading
@@ -129,7 +135,7 @@ final class StallTracker {
                 descriptors = DescriptorResolver()
                 holders.endStall()
                 if let capture = target.capture {
-                    waitedForACapture = true
+                    waitedOnItsOwnWork = true
                     snapshot.samples.append(takeSample(capture, target: target))
                 }
                 current = Current(snapshot: snapshot, lastSeenBusy: now,
@@ -138,18 +144,14 @@ final class StallTracker {
                 writer.submit(.begin(snapshot), from: client)
             case .sample:
                 if let capture = target.capture, current != nil {
-                    waitedForACapture = true
+                    waitedOnItsOwnWork = true
                     let sample = takeSample(capture, target: target)
                     current?.snapshot.samples.append(sample)
                     warnAboutMissingStacks(sample, tid: target.tid)
                 }
                 current?.lastSeenBusy = now
             case .interim:
-                guard var snapshot = current?.snapshot else { break }
-                snapshot.ongoing = true
-                snapshot.frozenNanoseconds = freezes.overlap(start: snapshot.since, end: now)
-                snapshot.durationNanoseconds = now - snapshot.since - snapshot.frozenNanoseconds
-                describeThread(&snapshot, baseline: current?.baseline, now: now, tid: target.tid)
+                guard let snapshot = ongoingSnapshot(now: now, freezes: freezes, tid: target.tid) else { break }
                 writer.submit(.interim(snapshot), from: client)
             case .finish(let iteration, _):
                 guard var snapshot = current?.snapshot else { break }
@@ -164,6 +166,7 @@ final class StallTracker {
                 snapshot.durationNanoseconds = end - snapshot.since - min(snapshot.frozenNanoseconds,
                                                                           end - snapshot.since)
                 snapshot.ongoing = false
+                snapshot.hang = nil  // the final report replaces the hang's: the stall is over
                 snapshot.annotations.merge(annotations?.values(for: iteration) ?? [:]) { _, new in new }
                 if target.isAlive {
                     describeThread(&snapshot, baseline: current?.baseline, now: now, tid: target.tid,
@@ -178,26 +181,34 @@ final class StallTracker {
         }
         if case .busy = reading, current != nil { current?.lastSeenBusy = now }
         var wake = wakeAt
-        if current != nil, let next = actOnHang(now: now, target: target, freezes: freezes) { wake = min(wake, next) }
-        return (wake, waitedForACapture)
+        if current != nil {
+            let hang = actOnHang(now: now, target: target, freezes: freezes)
+            if let next = hang.next { wake = min(wake, next) }
+            waitedOnItsOwnWork = waitedOnItsOwnWork || hang.waitedForTheWriter
+        }
+        return (wake, waitedOnItsOwnWork)
     }
 
     /// A stall past a hang limit: past `systemd_hang_after_ms` (when systemd's watchdog is fed), its report is made
     /// durable and the registry told, so the pings stop; past `hang_abort_after_ms` with `hang_action = abort`, its
     /// report and event line are made durable and the process ends with SIGABRT. Frozen time (SIGSTOP, a container
-    /// freeze) does not count. Returns when the next limit is due, if any.
-    private func actOnHang(now: UInt64, target: Target, freezes: FreezeTracker) -> UInt64? {
-        guard let stall = current else { return nil }
+    /// freeze) does not count. Returns when the next limit is due, if any, and whether it waited for the writer to
+    /// make a hang's report durable.
+    private func actOnHang(now: UInt64, target: Target,
+                           freezes: FreezeTracker) -> (next: UInt64?, waitedForTheWriter: Bool) {
+        guard let stall = current else { return (nil, false) }
         let configuration = client.configuration
         let since = stall.snapshot.since
         let frozen = freezes.overlap(start: since, end: now)
         let stalledFor = now &- since &- min(frozen, now &- since)
         var next: UInt64?
+        var waitedForTheWriter = false
         let systemdLimit = UInt64(configuration.systemdHangAfter.nanosecondsClamped)
-        if !stall.hungForSystemd, SystemdNotifier.shared.isFeeding {
+        if !stall.hungForSystemd, systemdIsFed() {
             if stalledFor >= systemdLimit {
-                writeHang(action: "watchdog", limit: configuration.systemdHangAfter, now: now, frozen: frozen,
+                writeHang(action: "watchdog", limit: configuration.systemdHangAfter, now: now, freezes: freezes,
                           target: target)
+                waitedForTheWriter = true
                 HangRegistry.shared.markHung(id: stall.snapshot.id)
                 current?.hungForSystemd = true
                 client.logger.critical("stallmon: a loop hung; systemd's watchdog is no longer fed",
@@ -209,7 +220,7 @@ final class StallTracker {
         if configuration.hangAction == .abort {
             let abortLimit = UInt64(configuration.hangAbortAfter.nanosecondsClamped)
             if stalledFor >= abortLimit {
-                writeHang(action: "abort", limit: configuration.hangAbortAfter, now: now, frozen: frozen,
+                writeHang(action: "abort", limit: configuration.hangAbortAfter, now: now, freezes: freezes,
                           target: target)
                 client.logger.critical("stallmon: a loop hung past hang_abort_after_ms; ending the process (SIGABRT)",
                                        metadata: ["loop": "\(loopName)", "stalledMs": "\(stalledFor / 1_000_000)"])
@@ -218,19 +229,17 @@ final class StallTracker {
             let due = now + (abortLimit - stalledFor)
             next = next.map { min($0, due) } ?? due
         }
-        return next
+        return (next, waitedForTheWriter)
     }
 
     /// Writes the stall's report as it stands, marked with what is done about the hang, and waits (up to 5 s) until
-    /// it and its event line are durable.
-    private func writeHang(action: String, limit: Duration, now: UInt64, frozen: UInt64, target: Target) {
-        guard var snapshot = current?.snapshot else { return }
-        snapshot.ongoing = true
-        snapshot.frozenNanoseconds = frozen
-        snapshot.durationNanoseconds = now &- snapshot.since &- min(frozen, now &- snapshot.since)
-        describeThread(&snapshot, baseline: current?.baseline, now: now, tid: target.tid)
-        let queued = writer.submit(.hang(snapshot, action: action, afterMs: Double(limit.nanosecondsClamped) / 1e6),
-                                   from: client)
+    /// it and its event line are durable. The mark stays on the stall: its later ongoing reports replace this one on
+    /// disk, and must not lose it.
+    private func writeHang(action: String, limit: Duration, now: UInt64, freezes: FreezeTracker, target: Target) {
+        let afterMs = Double(limit.nanosecondsClamped) / 1e6
+        current?.snapshot.hang = StallReport.Hang(action: action, afterMs: afterMs)
+        guard let snapshot = ongoingSnapshot(now: now, freezes: freezes, tid: target.tid) else { return }
+        let queued = writer.submit(.hang(snapshot, action: action, afterMs: afterMs), from: client)
         let unwritten = writer.flush(timeout: .seconds(5))
         if !queued || unwritten > 0 {
             client.logger.error("""
@@ -240,15 +249,27 @@ final class StallTracker {
         }
     }
 
-    /// The watchdog stops mid-stall: the evidence is left as an ongoing report.
-    func stopMidStall(now: UInt64, tid: Int32) {
-        guard var snapshot = current?.snapshot else { return }
+    /// The watchdog stops mid-stall: the evidence is left as an ongoing report, made as an interim one is.
+    func stopMidStall(now: UInt64, tid: Int32, freezes: FreezeTracker) {
+        guard let snapshot = ongoingSnapshot(now: now, freezes: freezes, tid: tid) else { return }
         HangRegistry.shared.ended(id: snapshot.id)
-        snapshot.durationNanoseconds = now - snapshot.since
-        describeThread(&snapshot, baseline: current?.baseline, now: now, tid: tid)
         writer.submit(.interim(snapshot), from: client)
         current = nil
         holders.endStall()
+    }
+
+    /// The stall's report as it stands at `now`, still going on: frozen time (SIGSTOP, a container freeze) set
+    /// aside, where the thread's time went, and its hang once it passed a limit. The interim, the hang's and the one
+    /// written at stop are all made here: each replaces the one before on disk, so none may leave out what another
+    /// said.
+    private func ongoingSnapshot(now: UInt64, freezes: FreezeTracker, tid: Int32) -> StallSnapshot? {
+        guard var snapshot = current?.snapshot else { return nil }
+        let elapsed = now &- snapshot.since
+        snapshot.ongoing = true
+        snapshot.frozenNanoseconds = min(freezes.overlap(start: snapshot.since, end: now), elapsed)
+        snapshot.durationNanoseconds = elapsed - snapshot.frozenNanoseconds
+        describeThread(&snapshot, baseline: current?.baseline, now: now, tid: tid)
+        return snapshot
     }
 
     private func warnAboutMissingStacks(_ sample: RawSample, tid: Int32) {

@@ -91,6 +91,8 @@ final class Watchdog: WatchdogThread {
         while !runner.isStopping {
             let now = cstallmon_monotonic_ns()
             if let frozen = freezeWatch.passBegins(now: now) { reportFreeze(frozen) }
+            // Whether this pass waits on work of its own (a capture, the writer): then its length is not a freeze.
+            var waitedOnItsOwnWork = false
             if let request = snapshots.pending(after: answeredSnapshot) {
                 // A snapshot on demand: what the loop does now, and its stack (also when idle: the loop thread
                 // retries the interrupted epoll_wait, as any signal makes it).
@@ -99,6 +101,8 @@ final class Watchdog: WatchdogThread {
                 if case .busy(_, let since) = probe.read() { part.busySince = since }
                 part.labelID = currentLabel()
                 part.sample = capturer?.capture(labelID: part.labelID)
+                // Up to capture_timeout_ms when the loop thread blocks the signal.
+                waitedOnItsOwnWork = part.sample != nil
                 snapshots.contribute(ObjectIdentifier(self), generation: request, parts: [part])
             }
             guard let bound = binding.load() else {
@@ -117,21 +121,22 @@ final class Watchdog: WatchdogThread {
                 tid: boundThread, capture: capturer.map { capturer in { capturer.capture(labelID: $0) } },
                 longIterationRecord: { probe.longIterationRecord($0) }, currentLabel: currentLabel,
                 currentMode: currentMode)
-            var (wakeAt, waitedForACapture) = tracker.step(reading, now: now, target: target,
-                                                           freezes: freezeWatch.freezes)
+            let tracked = tracker.step(reading, now: now, target: target, freezes: freezeWatch.freezes)
+            var wakeAt = tracked.wakeAt
+            waitedOnItsOwnWork = waitedOnItsOwnWork || tracked.waitedOnItsOwnWork
             if loopStats.nextDue.map({ now >= $0 }) ?? true {
                 if let line = loopStats.step(now: now, reading: probe.statistics(at: now)) {
                     writer.submit(.loopStats(line, threadID: boundThread), from: client)
                 }
             }
             if let due = loopStats.nextDue { wakeAt = min(wakeAt, due) }
-            if let frozen = freezeWatch.passEnds(began: now, waitedForACapture: waitedForACapture, wakeAt: wakeAt) {
+            if let frozen = freezeWatch.passEnds(began: now, waitedOnItsOwnWork: waitedOnItsOwnWork, wakeAt: wakeAt) {
                 reportFreeze(frozen)
             }
             runner.wait(until: wakeAt)
         }
         // Stopped mid-stall: leave the evidence as an ongoing report.
-        tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: boundThread)
+        tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: boundThread, freezes: freezeWatch.freezes)
     }
 
     private func reportFreeze(_ nanoseconds: UInt64) {

@@ -153,5 +153,47 @@ struct SystemdWatchdogEndToEndTests {
             let lastPing = received[..<hung].last { $0.text == "WATCHDOG=1" }
             #expect(lastPing != nil)
         }
+        // Waiting for the hang's report to be durable is the watchdog's own work, not a freeze (issue 32, item 4).
+        let log = (try? String(contentsOfFile: reports + "/events.jsonl", encoding: .utf8)) ?? ""
+        #expect(!log.contains("process.frozen"), "nobody stopped the process: \(log)")
+        #expect(readReports(reports).allSatisfy { ($0.frozenMs ?? 0) == 0 }, "\(readReports(reports).map(\.frozenMs))")
+    }
+
+    /// Issue 32, item 4, as reported: `demo --stalls hang` under systemd's watchdog (100 ms threshold, hung at 1 s, an
+    /// interim report at 2 s). The pass that waited for the hang's report to be durable was taken for a freeze
+    /// (`process.frozen` lines, its time subtracted as `frozenMs`), and the interim that replaced the hang's report
+    /// on disk had lost `hang`.
+    @Test func aHungLoopIsNotFrozenAndItsInterimKeepsTheHang() throws {
+        let notify = try NotifySocket(abstract: false)
+        let root = makeTemporaryDirectory("systemd-hang")
+        let reports = root + "/reports"
+        let child = try ChildProcess(
+            try StallmonExecutable.url().path, ["demo", "--seconds", "30", "--stalls", "hang", "--report-dir", reports],
+            environment: StallmonExecutable.environment([
+                "NOTIFY_SOCKET": notify.address, "WATCHDOG_USEC": "200000", "STALLMON_SYSTEMD_HANG_AFTER_MS": "1000",
+            ]), stdoutPath: root + "/out", stderrPath: root + "/err")
+        defer { child.kill() }
+        func events() -> [StallEvent] {
+            let log = (try? String(contentsOfFile: reports + "/events.jsonl", encoding: .utf8)) ?? ""
+            return log.split(separator: "\n").compactMap {
+                try? JSONDecoder().decode(StallEvent.self, from: Data($0.utf8))
+            }
+        }
+        // Until the interim is logged (its report is on disk by then), reading the pings: the socket's queue is short.
+        let end = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < end, !events().contains(where: { $0.event == "stall.interim" }) {
+            _ = notify.receive(for: .milliseconds(100))
+        }
+        let errors = (try? String(contentsOfFile: root + "/err", encoding: .utf8)) ?? ""
+        let logged = events()
+        try #require(logged.contains { $0.event == "stall.interim" }, "\(logged.map(\.event)) \(errors)")
+        #expect(logged.filter { $0.event == "stall.hang" }.count == 1, "\(logged.map(\.event))")
+        #expect(!logged.contains { $0.event == "process.frozen" }, "nobody stopped the process: \(logged.map(\.event))")
+        let written = readReports(reports)
+        let report = try #require(written.first)
+        #expect(written.count == 1, "the interim replaced the hang's report")
+        #expect(report.ongoing && report.durationMs >= 2000, "the interim: \(report.durationMs) ms")
+        #expect(report.hang == StallReport.Hang(action: "watchdog", afterMs: 1000), "the interim kept the hang")
+        #expect(report.frozenMs == nil, "nothing set aside as frozen: \(report.frozenMs ?? 0) ms")
     }
 }
