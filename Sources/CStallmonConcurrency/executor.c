@@ -157,8 +157,11 @@ static struct {
     // 1: every job's queue delay and run time are counted (the enqueue stamp, the histograms); 0: only what stall
     // detection needs (the begin and end stamps).
     _Atomic int statistics;
+    // Serialises installs; exit_key and exit_key_created are written under it, before any hook is in.
+    pthread_mutex_t install_lock;
     pthread_key_t exit_key;
-} g_state = {.statistics = 1};
+    bool exit_key_created;
+} g_state = {.statistics = 1, .install_lock = PTHREAD_MUTEX_INITIALIZER};
 
 // The calling worker's probe; &g_unwatched when every probe was taken.
 static __thread worker_probe *t_probe;
@@ -632,48 +635,84 @@ static SWIFTCC void enqueue_with_deadline(long long sec, long long nsec, long lo
 
 // MARK: - Install
 
+// A compare-and-swap from NULL (async-signal-safe).
 static bool swap_hook(void **variable, void *hook) {
     void *expected = NULL;
     return __atomic_compare_exchange_n(variable, &expected, hook, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
+// Puts NULL back only where `hook` is still what the variable holds (async-signal-safe).
 static void unswap_hook(void **variable, void *hook) {
     void *expected = hook;
     __atomic_compare_exchange_n(variable, &expected, NULL, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
+// The global hook goes first because it is the one another party (NIO's executor take-over) is likely to hold: when
+// it is taken, nothing of ours was ever set and no job went through this target. Only then the delayed ones: were
+// they set first, a job enqueued through them in the window before a refused global hook would run through this
+// target later (run_timed_job registers its worker with the exit key), after the install had given up.
+// Async-signal-safe (compare-and-swaps only).
+int cstallmon_concurrency_swap_hooks(void **global, void **delay, void **deadline, unsigned *ever_set) {
+    enqueue_global_hook global_hook = enqueue_global;
+    enqueue_delay_hook delay_hook = enqueue_with_delay;
+    enqueue_deadline_hook deadline_hook = enqueue_with_deadline;
+    unsigned set = 0;
+    int outcome = CSTALLMON_HOOKS_SET;
+    if (!swap_hook(global, (void *)global_hook)) {
+        outcome = CSTALLMON_HOOKS_GLOBAL_TAKEN;
+    } else {
+        set |= 1;
+        if (!swap_hook(delay, (void *)delay_hook)) {
+            outcome = CSTALLMON_HOOKS_ROLLED_BACK;
+        } else {
+            set |= 2;
+            if (!swap_hook(deadline, (void *)deadline_hook)) {
+                outcome = CSTALLMON_HOOKS_ROLLED_BACK;
+            } else {
+                set |= 4;
+            }
+        }
+        if (outcome == CSTALLMON_HOOKS_ROLLED_BACK) {
+            // The global hook first, so no new job takes our path; the delay hook after it.
+            unswap_hook(global, (void *)global_hook);
+            if (set & 2) unswap_hook(delay, (void *)delay_hook);
+        }
+    }
+    if (ever_set != NULL) *ever_set = set;
+    return outcome;
+}
+
+// NOT async-signal-safe (a mutex, a pthread key, the job clock's calibration).
 cstallmon_concurrency_install_result cstallmon_concurrency_install(int sampling_signal, uint64_t threshold_ns) {
-    if (atomic_load_explicit(&g_state.installed, memory_order_acquire)) return CSTALLMON_CONCURRENCY_ALREADY;
     void **global = &swift_task_enqueueGlobal_hook;
     void **delay = &swift_task_enqueueGlobalWithDelay_hook;
     void **deadline = &swift_task_enqueueGlobalWithDeadline_hook;
     if (global == NULL || delay == NULL || deadline == NULL) return CSTALLMON_CONCURRENCY_NO_HOOKS;
-    if (pthread_key_create(&g_state.exit_key, worker_exited) != 0) return CSTALLMON_CONCURRENCY_NO_HOOKS;
-    atomic_store_explicit(&g_state.sampling_signal, sampling_signal, memory_order_relaxed);
-    job_clock_set_up();
-    atomic_store_explicit(&g_threshold_ns, threshold_ns, memory_order_relaxed);
-    set_threshold_ticks();
-    enqueue_global_hook global_hook = enqueue_global;
-    enqueue_delay_hook delay_hook = enqueue_with_delay;
-    enqueue_deadline_hook deadline_hook = enqueue_with_deadline;
-    // Delayed hooks first: a job is only ever enqueued through one of ours once the global one is in.
-    if (!swap_hook(delay, (void *)delay_hook)) {
-        pthread_key_delete(g_state.exit_key);
-        return CSTALLMON_CONCURRENCY_HOOK_TAKEN;
+    // One install at a time: the key, the sampling signal and the job clock are set up before any hook is in, and a
+    // second caller must not redo them under the first one's live hooks.
+    pthread_mutex_lock(&g_state.install_lock);
+    cstallmon_concurrency_install_result result = CSTALLMON_CONCURRENCY_INSTALLED;
+    if (atomic_load_explicit(&g_state.installed, memory_order_acquire)) {
+        result = CSTALLMON_CONCURRENCY_ALREADY;
+    } else if (!g_state.exit_key_created && pthread_key_create(&g_state.exit_key, worker_exited) != 0) {
+        result = CSTALLMON_CONCURRENCY_NO_HOOKS;
+    } else {
+        // The key is created once per process and never deleted, not even when the hooks are refused: a job queued
+        // through one of ours before a rollback registers its worker with it later (pthread_setspecific), and a
+        // deleted key's index may by then be another library's. A later install reuses it.
+        g_state.exit_key_created = true;
+        atomic_store_explicit(&g_state.sampling_signal, sampling_signal, memory_order_relaxed);
+        job_clock_set_up();
+        atomic_store_explicit(&g_threshold_ns, threshold_ns, memory_order_relaxed);
+        set_threshold_ticks();
+        if (cstallmon_concurrency_swap_hooks(global, delay, deadline, NULL) == CSTALLMON_HOOKS_SET) {
+            atomic_store_explicit(&g_state.installed, 1, memory_order_release);
+        } else {
+            result = CSTALLMON_CONCURRENCY_HOOK_TAKEN;
+        }
     }
-    if (!swap_hook(deadline, (void *)deadline_hook)) {
-        unswap_hook(delay, (void *)delay_hook);
-        pthread_key_delete(g_state.exit_key);
-        return CSTALLMON_CONCURRENCY_HOOK_TAKEN;
-    }
-    if (!swap_hook(global, (void *)global_hook)) {
-        unswap_hook(deadline, (void *)deadline_hook);
-        unswap_hook(delay, (void *)delay_hook);
-        pthread_key_delete(g_state.exit_key);
-        return CSTALLMON_CONCURRENCY_HOOK_TAKEN;
-    }
-    atomic_store_explicit(&g_state.installed, 1, memory_order_release);
-    return CSTALLMON_CONCURRENCY_INSTALLED;
+    pthread_mutex_unlock(&g_state.install_lock);
+    return result;
 }
 
 static void set_threshold_ticks(void) {

@@ -46,11 +46,30 @@ typedef enum {
 } cstallmon_concurrency_install_result;
 
 /// Installs the three global-enqueue hooks, each with a compare-and-swap from NULL, so another owner is never
-/// overwritten (when one of them is taken, the ones this call set are put back). `sampling_signal` is unblocked on
-/// each worker at its first job (0: leave the mask alone). `threshold_ns`: a job that ran at least this long leaves
-/// an exact record of its begin and end (see `cstallmon_worker_long_job`). NOT async-signal-safe (dlsym, pthread
-/// keys).
+/// overwritten: the global hook first (when it is taken nothing of this target's was ever set), then the delayed ones
+/// (when one of them is taken, the ones this call set are put back). The worker-exit pthread key is created at the
+/// first install and never deleted (a job queued through a hook that was put back still uses it). `sampling_signal` is
+/// unblocked on each worker at its first job (0: leave the mask alone). `threshold_ns`: a job that ran at least this
+/// long leaves an exact record of its begin and end (see `cstallmon_worker_long_job`). One install at a time (a
+/// mutex). NOT async-signal-safe (a mutex, a pthread key, the job clock's calibration).
 cstallmon_concurrency_install_result cstallmon_concurrency_install(int sampling_signal, uint64_t threshold_ns);
+
+/// Outcome of `cstallmon_concurrency_swap_hooks`.
+typedef enum {
+    /// All three hooks were set.
+    CSTALLMON_HOOKS_SET = 0,
+    /// The global hook was taken; none of the three was set.
+    CSTALLMON_HOOKS_GLOBAL_TAKEN = 1,
+    /// A delayed hook was taken after the global one was set; the ones set were put back (jobs enqueued through them
+    /// meanwhile still run through this target).
+    CSTALLMON_HOOKS_ROLLED_BACK = 2,
+} cstallmon_hooks_outcome;
+
+/// The install's compare-and-swaps, in its order, on three variables the caller names (the install passes the
+/// runtime's; a test passes its own, where the hooks written are never called). `ever_set`, if not NULL, receives a
+/// bit for each variable this call set at some point, even if it was put back: 1 global, 2 delay, 4 deadline.
+/// Returns a `cstallmon_hooks_outcome`. Async-signal-safe (compare-and-swaps only).
+int cstallmon_concurrency_swap_hooks(void **global, void **delay, void **deadline, unsigned *ever_set);
 
 /// Whether this target's hooks are installed. Async-signal-safe.
 int cstallmon_concurrency_installed(void);
