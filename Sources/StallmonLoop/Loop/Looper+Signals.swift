@@ -1,4 +1,5 @@
 import CStallmonLoopShims
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -12,6 +13,8 @@ public final class LooperSignalSource: Sendable {
     public let fileDescriptor: Int32
     private let source: LooperFDSource
     private weak let loop: Looper?
+    /// Set by the one `cancel()` that closes the descriptor.
+    private let closed = Atomic<Bool>(false)
 
     init(fileDescriptor: Int32, source: LooperFDSource, loop: Looper) {
         self.fileDescriptor = fileDescriptor
@@ -19,9 +22,12 @@ public final class LooperSignalSource: Sendable {
         self.loop = loop
     }
 
-    /// Unregisters the source and closes its descriptor. Safe from any thread; once only.
+    /// Unregisters the source and closes its descriptor. Safe from any thread, any number of times: the descriptor is
+    /// closed once.
     public func cancel() {
-        guard source.isValid else { return }
+        // An exchange, not a look at `source.isValid`: two callers could both see the source valid and both close, and
+        // the second close would hit whatever descriptor took the number in between.
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         source.cancel()
         let descriptor = fileDescriptor
         // The loop unregisters the descriptor through its queue: close it after that, in the same order.
