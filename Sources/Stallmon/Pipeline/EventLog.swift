@@ -14,24 +14,32 @@ final class EventLog {
     let maxBytes: Int
     let maxFiles: Int
     private var fd: Int32 = -1
+    /// Whether the directory was fsynced since `fd` was opened: a durable line is lost with its file if the file's
+    /// own entry (a new file, a rotation) is not on disk.
+    private var directorySynced = false
+    /// fsync(2), handed in so a test can see which appends pay it and when.
+    private let syncFile: (Int32) -> Int32
     private let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.withoutEscapingSlashes]
         return encoder
     }()
 
-    init(path: String, maxBytes: Int, maxFiles: Int) {
+    init(path: String, maxBytes: Int, maxFiles: Int, syncFile: @escaping (Int32) -> Int32 = { fsync($0) }) {
         self.path = path
         self.maxBytes = maxBytes
         self.maxFiles = maxFiles
+        self.syncFile = syncFile
     }
 
     deinit {
         if fd >= 0 { close(fd) }
     }
 
-    /// Appends one line with a single write(2), so concurrent readers never see half a line.
-    func append(_ event: StallEvent) throws(FileError) {
+    /// Appends one line with a single write(2), so concurrent readers never see half a line. `durable`: the line is
+    /// on disk when this returns (fsync of the file, and of its directory once per opened file), for the evidence of
+    /// a hang, which the process may not outlive; every other line leaves that to the kernel and costs no fsync.
+    func append(_ event: StallEvent, durable: Bool = false) throws(FileError) {
         var line: [UInt8]
         do {
             line = Array(try encoder.encode(event))
@@ -56,6 +64,19 @@ final class EventLog {
             close(fd)  // reopen next time: the file may have been removed or the disk freed
             fd = -1
             throw error
+        }
+        if durable { try makeDurable() }
+    }
+
+    /// Called with the lock held, after the write: fsyncs the file, and its directory unless that was done since the
+    /// file was opened. A failed fsync is reported (the line may not be on disk) but the line stays: it was written.
+    private func makeDurable() throws(FileError) {
+        while syncFile(fd) != 0 {
+            guard errno == EINTR else { throw .last("fsync", path) }
+        }
+        if !directorySynced {
+            try AtomicFile.syncDirectory(AtomicFile.parentDirectory(of: path))
+            directorySynced = true
         }
     }
 
@@ -84,6 +105,7 @@ final class EventLog {
 
     private func open() throws(FileError) {
         try AtomicFile.createDirectory(AtomicFile.parentDirectory(of: path))
+        directorySynced = false
         // O_NOFOLLOW and O_NONBLOCK: a symbolic link or a FIFO where the log should be is refused, never followed
         // or waited on (the directory is checked too, see `DirectoryTrust`; this is the second line of defence).
         fd = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)

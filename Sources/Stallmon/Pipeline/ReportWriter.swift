@@ -227,7 +227,8 @@ final class ReportWriter: Sendable {
             event.message = action == "abort"
                 ? "hung past hang_abort_after_ms (\(Int(afterMs)) ms): the process ends with SIGABRT"
                 : "hung past systemd_hang_after_ms (\(Int(afterMs)) ms): systemd's watchdog is no longer fed"
-            log(event, client: client, state: &state)
+            // Durable: the process may end (SIGABRT, or systemd's kill) right after this line.
+            log(event, client: client, state: &state, durable: true)
         case .snapshot(let parts, let missing, let reply):
             let report = Self.snapshotReport(parts, missing: missing,
                                              builder: state.reportBuilder(for: client.configuration.inApp))
@@ -595,9 +596,9 @@ final class ReportWriter: Sendable {
         return event
     }
 
-    private func log(_ event: StallEvent, client: ReportClient, state: inout WriterState) {
+    private func log(_ event: StallEvent, client: ReportClient, state: inout WriterState, durable: Bool = false) {
         do {
-            try state.eventLog(for: client.configuration).append(event)
+            try state.eventLog(for: client.configuration).append(event, durable: durable)
         } catch {
             client.counters.eventsDropped.wrappingAdd(1, ordering: .relaxed)
         }

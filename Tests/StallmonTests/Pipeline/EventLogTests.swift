@@ -39,4 +39,34 @@ struct EventLogTests {
         #expect(total == writers * linesEach)
         for writer in 0..<writers { #expect(seen["writer-\(writer)"]?.count == linesEach) }
     }
+
+    /// Only a durable append pays an fsync, on the log's own descriptor, after its line is in the file (the hang's
+    /// `stall.hang` line, which the process may not outlive); ordinary lines never do.
+    @Test func onlyADurableAppendIsSyncedAndAfterItsLine() throws {
+        let directory = makeTemporaryDirectory()
+        let path = directory + "/events.jsonl"
+        final class Syncs {
+            var sizesAtSync: [Int] = []
+        }
+        let syncs = Syncs()
+        let log = EventLog(path: path, maxBytes: 1 << 20, maxFiles: 2) { fd in
+            var info = stat()
+            guard fstat(fd, &info) == 0 else { return -1 }
+            syncs.sizesAtSync.append(Int(info.st_size))
+            return fsync(fd)
+        }
+        func size() -> Int {
+            var info = stat()
+            return stat(path, &info) == 0 ? Int(info.st_size) : -1
+        }
+        try log.append(StallEvent(time: "2026-11-23T00:00:00.000Z", event: "stall.begin"))
+        try log.append(StallEvent(time: "2026-11-23T00:00:01.000Z", event: "stall.interim"))
+        #expect(syncs.sizesAtSync.isEmpty, "ordinary lines cost no fsync")
+        try log.append(StallEvent(time: "2026-11-23T00:00:02.000Z", event: "stall.hang"), durable: true)
+        #expect(syncs.sizesAtSync == [size()], "one fsync, with the hang's line already written")
+        try log.append(StallEvent(time: "2026-11-23T00:00:03.000Z", event: "stall.end"))
+        #expect(syncs.sizesAtSync.count == 1)
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(text.split(separator: "\n").count == 4)
+    }
 }
