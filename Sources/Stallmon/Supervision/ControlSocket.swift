@@ -25,6 +25,13 @@ final class ControlSocket: Sendable {
     private let listener: Int32
     private let runner = StoppableThread()
     private let stopping = Atomic<Bool>(false)
+    /// The connection being answered (-1: none), for `stop()` to shut down: set before `stopping` is looked at and
+    /// cleared before the descriptor is closed, under this lock, so `stop()` either sees it or is seen by `serve`, and
+    /// never shuts down a number that was closed and reused.
+    private let answering = Mutex<Int32>(-1)
+    /// The snapshot reply `answer` waits for (nil: none), for `stop()` to end that wait; the same hand-over as
+    /// `answering`.
+    private let awaitedReply = Mutex<SnapshotReply?>(nil)
 
     /// Binds the socket in `directory` (which must exist, owned and 0700) and starts serving; nil (logged) when it
     /// cannot.
@@ -98,11 +105,27 @@ final class ControlSocket: Sendable {
         self.listener = listener
     }
 
-    /// Stops serving and removes the socket.
+    /// Stops serving and removes the socket, without waiting for the request in progress to run out its own timeouts
+    /// (2 s to read the request, 2 s to send the reply, 10 s for the report writer): the accepted connection is shut
+    /// down (a blocked recv or send returns at once), a wait for the writer's outcome is ended, and `answer` checks
+    /// `stopping` before each step that can wait.
+    ///
+    /// The bound: what this can not cut short is a collection already under way (`SnapshotCoordinator.collect`, the
+    /// watchdogs' answers): at most its 2 s, plus up to 2 s for each other report directory's control socket queued
+    /// before it (the process answers one request at a time). So stop() takes at most 2 s + 2 s per other report
+    /// directory in the process, plus microseconds (shutdowns, a join, a close, an unlink). In the usual case, one
+    /// report directory whose monitors stopped their watchdogs before the pipeline stopped this (as `LoopWatch.stop`
+    /// does), a collection under way has no watchdog left to wait for and ends at once: stop() returns at once.
     func stop() {
         stopping.store(true, ordering: .releasing)
         // Wakes the thread blocked in accept (which then fails): no polling while idle.
         shutdown(listener, Int32(SHUT_RDWR))
+        answering.withLock { connection in
+            if connection >= 0 { shutdown(connection, Int32(SHUT_RDWR)) }
+        }
+        awaitedReply.withLock { waiting in
+            if let current = waiting { current.finish(.failure("the monitor is stopping")) }
+        }
         runner.stop()
         close(listener)
         unlink(path)
@@ -116,7 +139,9 @@ final class ControlSocket: Sendable {
                 runner.wait(until: cstallmon_monotonic_ns() + 100_000_000)  // e.g. EMFILE: try again shortly
                 continue
             }
-            answer(connection, writer: writer, client: client)
+            answering.withLock { $0 = connection }
+            if !stopping.load(ordering: .acquiring) { answer(connection, writer: writer, client: client) }
+            answering.withLock { $0 = -1 }
             close(connection)
         }
     }
@@ -140,8 +165,19 @@ final class ControlSocket: Sendable {
             reply(connection, "error unknown request (expected \(Self.snapshotRequest))")
             return
         }
+        // Not begun once stopping: a collection is the one wait `stop()` cannot end.
+        guard !stopping.load(ordering: .acquiring) else {
+            reply(connection, "error the monitor is stopping")
+            return
+        }
         let (parts, missing) = SnapshotCoordinator.shared.collect(timeout: .seconds(2))
         let outcome = SnapshotReply()
+        awaitedReply.withLock { $0 = outcome }
+        defer { awaitedReply.withLock { $0 = nil } }
+        guard !stopping.load(ordering: .acquiring) else {
+            reply(connection, "error the monitor is stopping")
+            return
+        }
         guard writer.submit(.snapshot(parts, missing: missing, reply: outcome), from: client) else {
             reply(connection, "error the report writer's queue is full")
             return
