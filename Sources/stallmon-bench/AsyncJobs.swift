@@ -278,6 +278,7 @@ struct AsyncJobs {
         let over = truth.filter { $0.milliseconds >= threshold }
         var detected = 0
         var errors: [Double] = []
+        var scored: [ScoredStall] = []
         var delays: [Double] = []
         var matched = Set<String>()
         for stall in over {
@@ -287,6 +288,7 @@ struct AsyncJobs {
             matched.insert(report.id)
             detected += 1
             errors.append(abs(report.durationMs - stall.milliseconds))
+            scored.append(ScoredStall(stall: stall, report: report))
             if let elapsed = measurement.detections[report.id] { delays.append(elapsed - threshold) }
         }
         let falsePositives = reports.count - matched.count
@@ -305,8 +307,33 @@ struct AsyncJobs {
                            value: Stats.percentile(delays, 0.99), unit: "ms", target: "≤ 10 ms"))
         results.add(Figure(section: "async", name: "duration error, median\(mode)", value: Stats.median(errors),
                            unit: "ms"))
+        let worst = scored.sorted { abs($0.error) > abs($1.error) }.prefix(5)
         results.add(Figure(section: "async", name: "duration error, p99\(mode)", value: Stats.percentile(errors, 0.99),
-                           unit: "ms", target: "≤ 1 ms"))
+                           unit: "ms", target: "≤ 1 ms",
+                           note: "worst: " + worst.map { String(format: "%+.2f ms", $0.error) }.joined(separator: ", ")))
+        print("     worst duration errors\(mode) (report − the job's own measure):")
+        for stall in worst { print("       " + stall.description) }
+    }
+
+    /// One injected stall beside the report that matched it: what explains a duration error.
+    struct ScoredStall: CustomStringConvertible {
+        var stall: AsyncChild.Injected
+        var report: ReportDigest
+
+        /// Reported minus true duration, ms.
+        var error: Double { report.durationMs - stall.milliseconds }
+
+        var description: String {
+            var parts = [String(format: "%+.2f ms", error), String(format: "true %.1f ms", stall.milliseconds),
+                         stall.kind ?? "?", "source \(report.durationSource ?? "?")"]
+            if let frozen = report.frozenMs { parts.append(String(format: "frozen %.1f ms", frozen)) }
+            if let figures = report.threadStats {
+                parts.append(String(format: "cpu %.1f ms, run delay %.1f ms", figures.cpuMs, figures.runDelayMs))
+            }
+            parts.append(String(format: "start off by %+.2f ms",
+                                Double(Int64(bitPattern: report.start.monotonicNs &- stall.begin)) / 1e6))
+            return parts.joined(separator: ", ")
+        }
     }
 
     /// What a report says that the score needs.
@@ -317,6 +344,13 @@ struct AsyncJobs {
         var thread: Thread
         var start: Start
         var durationMs: Double
+        var durationSource: String?
+        var frozenMs: Double?
+        struct ThreadFigures: Decodable {
+            var cpuMs: Double
+            var runDelayMs: Double
+        }
+        var threadStats: ThreadFigures?
     }
 
     static func child(_ arguments: [String]) throws -> AsyncChild.Measurement {
@@ -340,6 +374,8 @@ struct AsyncChild: ParsableCommand {
         var tid: Int32
         var begin: UInt64
         var milliseconds: Double
+        /// "spin" or "usleep".
+        var kind: String?
     }
 
     struct Measurement: Codable {
@@ -487,7 +523,8 @@ struct AsyncChild: ParsableCommand {
                 } else {
                     usleep(UInt32(milliseconds * 1000))
                 }
-                return Injected(tid: cstallmon_gettid(), begin: begin, milliseconds: Double(nowNanoseconds() - begin) / 1e6)
+                return Injected(tid: cstallmon_gettid(), begin: begin, milliseconds: Double(nowNanoseconds() - begin) / 1e6,
+                                kind: index % 4 < 2 ? "spin" : "usleep")
             }.value
             injected.append(record)
             try? await Task.sleep(for: .milliseconds(30))

@@ -162,7 +162,8 @@ final class StallTracker {
                 } else {
                     snapshot.durationExact = false  // the thread overwrote the record: this thread was starved
                 }
-                snapshot.frozenNanoseconds = freezes.overlap(start: snapshot.since, end: end)
+                snapshot.frozenNanoseconds = frozenTime(since: snapshot.since, end: end, now: now,
+                                                        freezes: freezes, tid: target.tid)
                 snapshot.durationNanoseconds = end - snapshot.since - min(snapshot.frozenNanoseconds,
                                                                           end - snapshot.since)
                 snapshot.ongoing = false
@@ -295,6 +296,30 @@ final class StallTracker {
     /// it, until the watchdog looked (idle in epoll, or already the next iteration when two stalls run back to
     /// back), is not this stall's; its CPU time cannot be told apart in the counters, so CPU and run delay are
     /// capped at the window (an error of at most one watchdog poll).
+    /// The frozen time a finished stall's duration sets aside: what `freezes` overlaps, but never more than the
+    /// stalled thread could have been stopped. A whole-process freeze stops the thread too, so its CPU time and its
+    /// wait for a CPU do not grow meanwhile; a thread that ran through a "freeze" was not frozen: the watchdog took
+    /// its own late wake-up for one (its CPU taken by the hypervisor, say, while the stalled thread ran on the other).
+    /// From the baseline (when the stall was detected) the thread's own figures bound it; before, the freezes stand.
+    private func frozenTime(since: UInt64, end: UInt64, now: UInt64, freezes: FreezeTracker, tid: Int32) -> UInt64 {
+        let overlap = freezes.overlap(start: since, end: end)
+        guard overlap > 0, let baseline = current?.baseline, now > baseline.at,
+              let stats = ThreadStats.read(tid: tid) else { return overlap }
+        return Self.frozenTime(
+            overlapBeforeBaseline: freezes.overlap(start: since, end: min(end, baseline.at)),
+            overlapAfterBaseline: freezes.overlap(start: max(since, baseline.at), end: end),
+            window: now - baseline.at, cpu: stats.cpuNanoseconds &- baseline.stats.cpuNanoseconds,
+            runDelay: stats.runDelayNanoseconds &- baseline.stats.runDelayNanoseconds)
+    }
+
+    /// The decision of `frozenTime`: the overlap after the baseline is at most the part of the baseline's `window`
+    /// (to now) in which the thread neither ran (`cpu`) nor waited for a CPU (`runDelay`).
+    static func frozenTime(overlapBeforeBaseline: UInt64, overlapAfterBaseline: UInt64, window: UInt64, cpu: UInt64,
+                           runDelay: UInt64) -> UInt64 {
+        let couldHaveBeenStopped = window - min(window, cpu &+ runDelay)
+        return overlapBeforeBaseline + min(overlapAfterBaseline, couldHaveBeenStopped)
+    }
+
     private func describeThread(_ snapshot: inout StallSnapshot, baseline: Baseline?, now: UInt64, tid: Int32,
                                 end: UInt64? = nil) {
         guard let baseline, let stats = ThreadStats.read(tid: tid), now > baseline.at else { return }

@@ -65,4 +65,30 @@ struct FreezeWatchTests {
         #expect(watch.passBegins(now: thread.now) == 700 * Self.ms)
         #expect(watch.freezes.count == 1)
     }
+
+    // MARK: - What a finished stall sets aside (issue 32, item 7)
+
+    /// A "freeze" the stalled thread ran through (the watchdog woke late, its CPU taken away, while the thread spun
+    /// on the other) is not subtracted: the thread's CPU time bounds it. Before, a 20 ms late wake-up made a report
+    /// 20 ms short.
+    @Test func aFreezeTheStalledThreadRanThroughIsNotSetAside() {
+        let ms = Self.ms
+        #expect(StallTracker.frozenTime(overlapBeforeBaseline: 0, overlapAfterBaseline: 20 * ms, window: 100 * ms,
+                                        cpu: 99 * ms, runDelay: 1 * ms) == 0)
+        // Running most of the window: only what is left could have been a freeze.
+        #expect(StallTracker.frozenTime(overlapBeforeBaseline: 0, overlapAfterBaseline: 20 * ms, window: 100 * ms,
+                                        cpu: 90 * ms, runDelay: 5 * ms) == 5 * ms)
+    }
+
+    /// A real freeze (SIGSTOP, a container freeze) stops the thread too: its CPU time does not grow, so all of it is
+    /// set aside; before the stall was detected, the freezes stand as the watchdog saw them.
+    @Test func aRealFreezeIsSetAsideWhole() {
+        let ms = Self.ms
+        #expect(StallTracker.frozenTime(overlapBeforeBaseline: 0, overlapAfterBaseline: 700 * ms, window: 1_000 * ms,
+                                        cpu: 290 * ms, runDelay: 10 * ms) == 700 * ms)
+        #expect(StallTracker.frozenTime(overlapBeforeBaseline: 30 * ms, overlapAfterBaseline: 0, window: 100 * ms,
+                                        cpu: 100 * ms, runDelay: 0) == 30 * ms)
+        #expect(StallTracker.frozenTime(overlapBeforeBaseline: 0, overlapAfterBaseline: 50 * ms, window: 100 * ms,
+                                        cpu: 0, runDelay: 0) == 50 * ms, "a sleeping thread: the freezes stand")
+    }
 }
