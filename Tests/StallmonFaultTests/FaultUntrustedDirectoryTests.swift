@@ -142,6 +142,36 @@ import Glibc
         #expect(logged.contains("owned by uid 65534"), "the error names the owner: \(logged)")
     }
 
+    /// Issue 32 (1): a report directory that does not exist yet, under another user's link in a shared directory
+    /// (`/var/tmp/app/reports` with `app` theirs, pointing at a root-only directory): nothing is created in the
+    /// link's target, and the monitor refuses it at creation.
+    @Test func nothingIsCreatedThroughAnotherUsersLink() throws {
+        if let reason = Self.skipReason { print("skipped: \(reason)"); return }
+        let root = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        chmod(root, 0o755)
+        let target = root + "/root-only"
+        try FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: false,
+                                                attributes: [.posixPermissions: 0o700])
+        let shared = root + "/shared"
+        try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: false)
+        chmod(shared, 0o1777)
+        try FileManager.default.createSymbolicLink(atPath: shared + "/app", withDestinationPath: target)
+        lchown(shared + "/app", Self.otherUser, gid_t(Self.otherUser))
+        let reports = shared + "/app/reports"
+        do {
+            try AtomicFile.createDirectory(reports)
+            Issue.record("a directory was created through another user's link")
+        } catch {
+            #expect("\(error)".contains("symbolic link \(shared)/app on its way is owned by uid 65534"), "\(error)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: target).isEmpty, "created in the link's target")
+        #expect(throws: StallMonitorError.self, "accepted at creation") {
+            _ = try StallMonitor(loop: try Looper(name: "through-a-link"),
+                                 configuration: .init(threshold: .milliseconds(50), reportDirectory: reports))
+        }
+    }
+
     static func everyoneCanExecute(_ path: String) -> Bool {
         var current = path
         while current != "/" {

@@ -153,10 +153,16 @@ extension FaultTests {
             // 3. The spool: leftovers of interrupted enqueues are cleaned by pending(); what it lists is complete.
             let spoolTemporaries = faultListing(spool.pendingDirectory).filter { $0.hasPrefix(".tmp-") }.count
             let pending = try spool.pending()
-            // Leftovers are swept once older than a minute (never a live enqueue's): age them, and they go.
+            // Leftovers are swept once older than a minute (never a live enqueue's): age them, and they go. A spool
+            // link's temporary carries its creation time in its name (a link keeps the report's mtime): older names.
             for name in faultListing(spool.pendingDirectory) where name.hasPrefix(".tmp-") {
+                let path = spool.pendingDirectory + "/" + name
                 var times = [timespec(tv_sec: time(nil) - 120, tv_nsec: 0), timespec(tv_sec: time(nil) - 120, tv_nsec: 0)]
-                _ = utimensat(AT_FDCWD, spool.pendingDirectory + "/" + name, &times, 0)
+                _ = utimensat(AT_FDCWD, path, &times, 0)
+                if let created = AtomicFile.creationTime(ofTemporary: name) {
+                    let older = name.replacingOccurrences(of: "-t\(created)-", with: "-t\(created - 120)-")
+                    _ = rename(path, spool.pendingDirectory + "/" + older)
+                }
             }
             _ = try spool.pending()
             #expect(!faultListing(spool.pendingDirectory).contains { $0.hasPrefix(".tmp-") },

@@ -321,7 +321,8 @@ struct UploaderTests {
             readReports(directory).count == 1 && logs.entries.contains { $0.message.description.contains("a report sink failed") }
         }
         #expect(refused, "the report is published although the spool refused it: \(logs.entries.map(\.message))")
-        #expect((try? spool.pending())?.isEmpty ?? true, "not queued yet")
+        // Still refused: pending/ is a file, so nothing can have been queued yet.
+        #expect(throws: FileError.self, "the spool works again?") { try spool.pending() }
         // The spool is repaired: the writer offers the report again within a second or so, while the monitor runs
         // (its last offer at stop would hide a retry that never came).
         #expect(unlink(spool.pendingDirectory) == 0)

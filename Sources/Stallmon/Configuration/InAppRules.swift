@@ -1,9 +1,9 @@
 /// Which frames are the service's own code ("in-app", marked `>` by `stallmon show`): they pick the top frame and
 /// the signature. Decided per frame, first rule that applies:
 /// 1. stallmon's own code (its Swift modules; its C code by the `cstallmon_` prefix and by source file, under one of
-///    its `Sources/CStallmon…/` targets: no rule below brings it back), compiler glue (thunks, `partial apply`, witness tables, value witnesses, `outlined copy
-///    of`, metadata accessors) and Swift runtime helpers the compiler emits into every binary (`__swift_…`,
-///    `swift_…`): no;
+///    its C targets' `Sources/` folders: no rule below brings it back), compiler glue (thunks, `partial apply`,
+///    witness tables, value witnesses, `outlined copy of`, metadata accessors) and Swift runtime helpers the compiler
+///    emits into every binary (`__swift_…`, `swift_…`): no;
 /// 2. code of the toolchain's Swift modules (the standard library, `_Concurrency`, Foundation,
 ///    `FoundationEssentials`, Dispatch, …), by the module in the symbol's name wherever it was linked from (also
 ///    `--static-swift-stdlib` builds, and code inlined or specialized into the binary), and C++ library code: no;

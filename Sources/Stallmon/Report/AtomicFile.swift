@@ -93,28 +93,25 @@ public enum AtomicFile {
         }
     }
 
-    /// Creates `path` and missing parents with `mode` (0700), each made durable (its parent fsynced), then checks
+    /// Creates `path` and missing parents with `mode` (0700), each made durable (its parent fsynced), and checks
     /// that `path` can be trusted (`DirectoryTrust.verify`): a directory that already exists is used only if it is
     /// this process's own, not a symbolic link, and writable by nobody else, under parents nobody else can change.
+    /// What exists of the path is checked before anything is created, and each missing component is created alone,
+    /// by a path without links, under a directory just checked: nothing is created where another user could have
+    /// steered the path (a link of theirs on the way), and a component someone else created meanwhile is checked too.
     public static func createDirectory(_ path: String, mode: mode_t = 0o700) throws(FileError) {
-        try createMissingDirectories(path, mode: mode)
-        try DirectoryTrust.verify(path)
-    }
-
-    private static func createMissingDirectories(_ path: String, mode: mode_t) throws(FileError) {
-        var existing = stat()
-        if lstat(path, &existing) == 0 { return }  // whatever it is, `DirectoryTrust.verify` judges it
-        let parent = parentDirectory(of: path)
-        if parent != path && parent != "." && parent != "/" {
-            var parentInfo = stat()
-            if stat(parent, &parentInfo) != 0 { try createMissingDirectories(parent, mode: mode) }
+        var created = 0
+        while let missing = try DirectoryTrust.firstMissingComponent(of: path) {
+            if mkdir(missing, mode) == 0 {
+                // The new directory's entry must survive a crash too, or the first report's fsyncs are lost with it.
+                try syncDirectory(parentDirectory(of: missing))
+            } else if errno != EEXIST {
+                throw .last("mkdir", missing)
+            }
+            created += 1
+            // Bounded: a path another process keeps removing as it is created is an error, not a spin.
+            guard created <= 256 else { throw FileError(path: path, operation: "create", errorNumber: EAGAIN) }
         }
-        if mkdir(path, mode) != 0 {
-            if errno == EEXIST { return }
-            throw .last("mkdir", path)
-        }
-        // The new directory's entry must survive a crash too, or the first report's careful fsyncs are lost with it.
-        try syncDirectory(parent)
     }
 
     /// Temporary files (`.tmp-…`: of `write`, and of the spool's enqueue and removal) younger than this may belong to

@@ -25,6 +25,23 @@ public enum DirectoryTrust {
     /// Throws a `FileError` whose description names `path`, the reason and the owner, when `path` cannot be trusted
     /// (or does not exist: `ENOENT`).
     public static func verify(_ path: String) throws(FileError) {
+        _ = try walk(path, stoppingAtMissing: false)
+    }
+
+    /// Like `verify`, but a path that does not exist yet is fine (it will be created 0700) as long as what exists of
+    /// it is: used when a monitor is created, so an untrusted directory is refused before anything starts.
+    public static func verifyIfPresent(_ path: String) throws(FileError) {
+        _ = try walk(path, stoppingAtMissing: true)
+    }
+
+    /// Walks `path` as `verify` does, up to its first component that does not exist: that component's path, spelled
+    /// without links under a directory the walk verified (so `mkdir` on it creates nothing where another user steered
+    /// the path); nil when all of `path` exists and is trusted.
+    package static func firstMissingComponent(of path: String) throws(FileError) -> String? {
+        try walk(path, stoppingAtMissing: true)
+    }
+
+    private static func walk(_ path: String, stoppingAtMissing: Bool) throws(FileError) -> String? {
         var walk = try PathWalk(path)
         let euid = geteuid()
         try verifyPassedThrough("/", path: path, euid: euid)
@@ -32,11 +49,12 @@ public enum DirectoryTrust {
             let candidate = walk.current == "/" ? "/" + component : walk.current + "/" + component
             var info = stat()
             guard lstat(candidate, &info) == 0 else {
+                if stoppingAtMissing && errno == ENOENT { return candidate }
                 throw walk.isLast ? .last("use report directory", path) : .last("check parent directory", candidate)
             }
             if walk.isLast {
                 try verifyEntry(candidate == path ? path : candidate, info, requested: path)
-                return
+                return nil
             }
             switch info.st_mode & S_IFMT {
             case S_IFLNK:
@@ -54,21 +72,10 @@ public enum DirectoryTrust {
         }
         // The walk ended on a directory it had entered already ("/", or a path ending in ".."): that one is the
         // directory itself.
-        try verifyEntry(walk.current, statOf(walk.current), requested: path)
-    }
-
-    /// Like `verify`, but a path that does not exist yet is fine (it will be created 0700). Used when a monitor is
-    /// created, so an untrusted directory is refused before anything starts.
-    public static func verifyIfPresent(_ path: String) throws(FileError) {
         var info = stat()
-        guard lstat(path, &info) == 0 else { return }
-        try verify(path)
-    }
-
-    private static func statOf(_ path: String) -> stat {
-        var info = stat()
-        _ = lstat(path, &info)
-        return info
+        guard lstat(walk.current, &info) == 0 else { throw .last("use report directory", path) }
+        try verifyEntry(walk.current, info, requested: path)
+        return nil
     }
 
     /// A directory the path passes through (not the last component).

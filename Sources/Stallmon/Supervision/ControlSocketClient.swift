@@ -121,10 +121,13 @@ public enum ControlSocketClient {
             if count <= 0 { break }
             reply += buffer[..<count]
         }
-        if reply.count >= Self.maximumReplyBytes && !reply.contains(UInt8(ascii: "\n")) {
-            return .failure("the reply from \(path) is longer than \(Self.maximumReplyBytes) bytes: not a stallmon service")
+        guard let newline = reply.firstIndex(of: UInt8(ascii: "\n")) ?? (reply.count < Self.maximumReplyBytes
+                                                                             ? reply.endIndex : nil) else {
+            return .failure("the reply from \(path) is longer than \(Self.maximumReplyBytes) bytes: "
+                + "not a stallmon service")
         }
-        let line = String(decoding: reply, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        // The first line only: nothing after it is taken as part of a path.
+        let line = String(decoding: reply[..<newline], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if line.hasPrefix("ok ") { return .success(String(line.dropFirst(3))) }
         if line.hasPrefix("error ") { return .failure("the service said: " + line.dropFirst(6)) }
         if let sendError { return .failure("cannot send the request to \(path): \(sendError)") }

@@ -200,7 +200,7 @@ final class StallTracker {
         guard let stall = current else { return (nil, false) }
         let configuration = client.configuration
         let since = stall.snapshot.since
-        let frozen = freezes.overlap(start: since, end: now)
+        let frozen = frozenTime(since: since, end: now, now: now, freezes: freezes, tid: target.tid)
         let stalledFor = now &- since &- min(frozen, now &- since)
         var next: UInt64?
         var waitedForTheWriter = false
@@ -267,7 +267,8 @@ final class StallTracker {
         guard var snapshot = current?.snapshot else { return nil }
         let elapsed = now &- snapshot.since
         snapshot.ongoing = true
-        snapshot.frozenNanoseconds = min(freezes.overlap(start: snapshot.since, end: now), elapsed)
+        snapshot.frozenNanoseconds = min(frozenTime(since: snapshot.since, end: now, now: now, freezes: freezes,
+                                                    tid: tid), elapsed)
         snapshot.durationNanoseconds = elapsed - snapshot.frozenNanoseconds
         describeThread(&snapshot, baseline: current?.baseline, now: now, tid: tid)
         return snapshot
@@ -291,15 +292,11 @@ final class StallTracker {
         }
     }
 
-    /// Fills in where the thread's time went since the baseline, and the class that follows.
-    /// `end` is the thread's own end of the iteration when known: the window stops there. What the thread did after
-    /// it, until the watchdog looked (idle in epoll, or already the next iteration when two stalls run back to
-    /// back), is not this stall's; its CPU time cannot be told apart in the counters, so CPU and run delay are
-    /// capped at the window (an error of at most one watchdog poll).
-    /// The frozen time a finished stall's duration sets aside: what `freezes` overlaps, but never more than the
-    /// stalled thread could have been stopped. A whole-process freeze stops the thread too, so its CPU time and its
-    /// wait for a CPU do not grow meanwhile; a thread that ran through a "freeze" was not frozen: the watchdog took
-    /// its own late wake-up for one (its CPU taken by the hypervisor, say, while the stalled thread ran on the other).
+    /// The frozen time a stall's duration sets aside (finished or ongoing, and for its hang limits): what `freezes`
+    /// overlaps, but never more than the stalled thread could have been stopped. A whole-process freeze stops the
+    /// thread too, so its CPU time and its wait for a CPU do not grow meanwhile; a thread that ran through a "freeze"
+    /// was not frozen: the watchdog took its own late wake-up for one (its CPU taken by the hypervisor, say, while the
+    /// stalled thread ran on the other).
     /// From the baseline (when the stall was detected) the thread's own figures bound it; before, the freezes stand.
     private func frozenTime(since: UInt64, end: UInt64, now: UInt64, freezes: FreezeTracker, tid: Int32) -> UInt64 {
         let overlap = freezes.overlap(start: since, end: end)
@@ -320,6 +317,11 @@ final class StallTracker {
         return overlapBeforeBaseline + min(overlapAfterBaseline, couldHaveBeenStopped)
     }
 
+    /// Fills in where the thread's time went since the baseline, and the class that follows.
+    /// `end` is the thread's own end of the iteration when known: the window stops there. What the thread did after
+    /// it, until the watchdog looked (idle in epoll, or already the next iteration when two stalls run back to
+    /// back), is not this stall's; its CPU time cannot be told apart in the counters, so CPU and run delay are
+    /// capped at the window (an error of at most one watchdog poll).
     private func describeThread(_ snapshot: inout StallSnapshot, baseline: Baseline?, now: UInt64, tid: Int32,
                                 end: UInt64? = nil) {
         guard let baseline, let stats = ThreadStats.read(tid: tid), now > baseline.at else { return }

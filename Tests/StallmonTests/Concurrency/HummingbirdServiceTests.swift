@@ -193,6 +193,10 @@ struct HummingbirdServiceTests {
             print("starvationNamesTheRoutes: a /fast request took \(fastestQueuedMs) ms, the pool grew; once more")
             (outcome, fastestQueuedMs) = try await starve()
         }
+        guard outcome.started else {
+            Issue.record("the service did not start: \(outcome.errors)")
+            return
+        }
         let starved = outcome.reports.filter { $0.kind == "starvation" }
         #expect(starved.count == 1, "\(outcome.reports.map { ($0.kind ?? "stall", $0.label) })")
         let starvation = try #require(starved.first?.starvation)

@@ -91,8 +91,13 @@ struct SnapshotTests {
             let worker = try #require(entries.first { $0.kind == "worker" }, "\(entries.map { ($0.kind, $0.name) })")
             #expect(worker.state == "busy" && worker.label == "GET /report" && worker.job?.taskName == "report renderer",
                     "\(worker)")
-            #expect(worker.topFrame?.symbol.contains("AsyncStalls.blockingSleep") == true,
-                    "\(String(describing: worker.topFrame))")
+            // Asleep in blockingSleep, or (rarely: a fresh-clone run caught it) in the fixture's own check of the
+            // release file between two sleeps, an `access` called straight from the task's closure.
+            let workerStack = worker.sample.map { report.samples[$0].frames.compactMap { report.frames[$0].symbol } }
+                ?? []
+            let inItsOwnCheck = workerStack.first == "access" && worker.topFrame?.symbol.contains("closure") == true
+            #expect(worker.topFrame?.symbol.contains("AsyncStalls.blockingSleep") == true || inItsOwnCheck,
+                    "\(String(describing: worker.topFrame)) \(workerStack.prefix(4))")
             let pool = try #require(entries.first { $0.kind == "pool" && $0.name == "swift-global-executor" })
             // The blocked task's worker, and the fixture's own main task polling for the release file.
             let workers = entries.filter { $0.kind == "worker" && $0.name == "swift-global-executor" }.count
@@ -142,6 +147,10 @@ struct SnapshotTests {
         #expect(notAsked.status == 1, "\(notAsked)")
         #expect(notAsked.printed.contains("is served by uid 0, not by this user"), "\(notAsked.printed)")
         // …and a client that asks anyway is refused by the service, by the peer's uid.
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") else {
+            print("skipped the raw client: no /usr/bin/python3")
+            return
+        }
         let socketPath = ControlSocketClient.path(directory: reports, pid: pid)
         let script = """
             import socket, sys
