@@ -31,7 +31,14 @@ public enum DirectoryTrust {
     /// Like `verify`, but a path that does not exist yet is fine (it will be created 0700) as long as what exists of
     /// it is: used when a monitor is created, so an untrusted directory is refused before anything starts.
     public static func verifyIfPresent(_ path: String) throws(FileError) {
-        _ = try walk(path, stoppingAtMissing: true)
+        do {
+            _ = try walk(path, stoppingAtMissing: true)
+        } catch let error where error.errorNumber == EPERM || error.errorNumber == ELOOP {
+            throw error  // a path another user could steer
+        } catch {
+            // A path that cannot be looked at or created (a file on the way, no permission) is no one's to steer: it
+            // fails at the first write, as a write error (reports dropped and counted), not at creation.
+        }
     }
 
     /// Walks `path` as `verify` does, up to its first component that does not exist: that component's path, spelled
