@@ -155,14 +155,11 @@ final class ReportWriter: Sendable {
         var sinkFailing: [String: String] = [:]
         var droppedSinceFailure = 0
         var reportPaths: [String: String] = [:]
-        /// The rate limit's decision for a stall whose interim report came first: asked once per stall, at its first
-        /// report, so a long stall counts once and its final follows its interim (written, or suppressed).
-        var decided: [String: (write: Bool, suppressedBefore: Int)] = [:]
+        /// The rate limit, asked once per stall.
+        var admission = StallAdmission()
         /// Published reports a sink refused (a spool it could not link into), by sink and path: handed to it again
         /// from the published file until it takes them (the latest report of a path only).
         var refusedBySink: [String: (report: StallReport, path: String, client: ReportClient, sink: Int)] = [:]
-        /// One limiter per configured limit: a signature counts across every loop of the pipeline.
-        var limiters: [Int: SignatureRateLimiter] = [:]
 
         mutating func reportBuilder(for rules: InAppRules) -> ReportBuilder {
             if let builder = builders[rules] { return builder }
@@ -179,143 +176,156 @@ final class ReportWriter: Sendable {
             eventLogs[path] = made
             return made
         }
-
-        mutating func admit(_ signature: String, limit: Int, now: UInt64) -> (write: Bool, suppressedBefore: Int) {
-            var limiter = limiters[limit] ?? SignatureRateLimiter(limit: limit, window: 3600 * 1_000_000_000)
-            defer { limiters[limit] = limiter }
-            return limiter.admit(signature, now: now)
-        }
     }
 
     private func handle(_ message: Message, client: ReportClient, state: inout WriterState) {
-        let counters = client.counters
         switch message {
-        case .begin(let snapshot):
-            let report = build(snapshot, client: client, state: &state)
-            var event = baseEvent("stall.begin", snapshot)
-            event.elapsedMs = Double(snapshot.elapsedAtDetection) / 1e6
-            event.topFrame = report.topFrame?.displayName
-            log(event, client: client, state: &state)
-        case .interim(let snapshot):
-            var report = build(snapshot, client: client, state: &state)
-            if state.reportPaths[snapshot.id] == nil, state.decided[snapshot.id] == nil, let signature = report.signature {
-                state.decided[snapshot.id] = state.admit(signature,
-                                                         limit: client.configuration.maxReportsPerSignaturePerHour,
-                                                         now: cstallmon_loop_monotonic_ns())
-            }
-            if let decision = state.decided[snapshot.id] {
-                guard decision.write else { return }  // its final is counted as suppressed
-                if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
-            }
-            if let path = persist(report, client: client, state: &state) {
-                counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed)
-                log(ongoingEvent("stall.interim", snapshot, report, path: path), client: client, state: &state)
-            }
+        case .begin(let snapshot): logBegin(snapshot, client: client, state: &state)
+        case .interim(let snapshot): writeInterim(snapshot, client: client, state: &state)
         case .hang(let snapshot, let action, let afterMs):
-            var report = build(snapshot, client: client, state: &state)
-            report.hang = StallReport.Hang(action: action, afterMs: afterMs)
-            // The evidence of a hang is always written; its final (if the stall ever ends) follows it.
-            if let decision = state.decided[snapshot.id] {
-                if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
-            }
-            state.decided[snapshot.id] = (true, 0)
-            HangRegistry.shared.noteTopFrame(id: snapshot.id, topFrame: report.topFrame?.displayName)
-            let path = persist(report, client: client, state: &state)
-            if path != nil { counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed) }
-            var event = ongoingEvent("stall.hang", snapshot, report, path: path)
-            event.action = action
-            event.message = action == "abort"
-                ? "hung past hang_abort_after_ms (\(Int(afterMs)) ms): the process ends with SIGABRT"
-                : "hung past systemd_hang_after_ms (\(Int(afterMs)) ms): systemd's watchdog is no longer fed"
-            // Durable: the process may end (SIGABRT, or systemd's kill) right after this line.
-            log(event, client: client, state: &state, durable: true)
+            writeHang(snapshot, action: action, afterMs: afterMs, client: client, state: &state)
         case .snapshot(let parts, let missing, let reply):
-            let report = Self.snapshotReport(parts, missing: missing,
-                                             builder: state.reportBuilder(for: client.configuration.inApp))
-            if let path = persist(report, client: client, state: &state, toSinks: false) {
-                var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
-                                       event: "snapshot")
-                event.report = path
-                event.count = report.snapshot?.entries.count
-                event.message = missing > 0 ? "\(missing) watchdog(s) did not answer in time" : nil
-                log(event, client: client, state: &state)
-                Self.keepNewestSnapshots(in: directory, count: Self.snapshotsKept)
-                reply.finish(.success(path))
-            } else {
-                reply.finish(.failure("the report directory could not be written (see the service's log)"))
-            }
-        case .frozen(let loopName, let nanoseconds):
-            var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
-                                   event: "process.frozen")
-            event.loop = loopName
-            event.durationMs = Double(nanoseconds) / 1e6
-            event.message = "the process did not run (SIGSTOP, debugger or VM pause); not counted as a stall"
-            log(event, client: client, state: &state)
-        case .loopStats(let line, let threadID):
-            var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
-                                   event: "loop.stats")
-            event.loop = line.loopName
-            event.tid = threadID
-            let window = line.window
-            event.windowS = Double(window.elapsed.nanosecondsClamped) / 1e9
-            event.iterations = Int(clamping: window.iterations)
-            func milliseconds(_ fraction: Double) -> Double? {
-                window.busyHistogram.percentile(fraction).map { Double($0.nanosecondsClamped) / 1e6 }
-            }
-            event.busyP50Ms = milliseconds(0.5)
-            event.busyP90Ms = milliseconds(0.9)
-            event.busyP99Ms = milliseconds(0.99)
-            event.busyMaxMs = milliseconds(1)
-            event.utilization = (window.utilization * 10_000).rounded() / 10_000
-            log(event, client: client, state: &state)
-        case .poolStats(let window):
-            var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
-                                   event: "pool.stats")
-            event.loop = window.poolClass.pool
-            event.priority = window.poolClass.priority
-            event.windowS = Double(window.elapsedNanoseconds) / 1e9
-            event.jobs = Int(clamping: window.jobs)
-            func milliseconds(_ histogram: LoopBusyHistogram, _ fraction: Double) -> Double? {
-                histogram.percentile(fraction).map { Double($0.nanosecondsClamped) / 1e6 }
-            }
-            event.runP50Ms = milliseconds(window.run, 0.5)
-            event.runP90Ms = milliseconds(window.run, 0.9)
-            event.runP99Ms = milliseconds(window.run, 0.99)
-            event.runMaxMs = milliseconds(window.run, 1)
-            event.delayP50Ms = milliseconds(window.delay, 0.5)
-            event.delayP90Ms = milliseconds(window.delay, 0.9)
-            event.delayP99Ms = milliseconds(window.delay, 0.99)
-            event.delayMaxMs = milliseconds(window.delay, 1)
-            event.slowJobs = Int(clamping: window.slowJobs)
-            event.longDelays = Int(clamping: window.longDelays)
-            event.workers = window.workers
-            event.utilization = (window.busyRatio * 10_000).rounded() / 10_000
-            log(event, client: client, state: &state)
-        case .finish(let snapshot):
-            var report = build(snapshot, client: client, state: &state)
-            // The rate limit is asked once per stall: at its first report (its interim, if it had one: the final
-            // then replaces the interim, or is suppressed as the interim was), else now.
-            var decision = state.decided.removeValue(forKey: snapshot.id)
-            if decision == nil, state.reportPaths[snapshot.id] == nil, let signature = report.signature {
-                decision = state.admit(signature, limit: client.configuration.maxReportsPerSignaturePerHour,
-                                       now: cstallmon_loop_monotonic_ns())
-            }
-            if let decision {
-                guard decision.write else {
-                    counters.reportsSuppressed.wrappingAdd(1, ordering: .relaxed)
-                    var event = baseEvent("stall.end", snapshot)
-                    event.durationMs = report.durationMs
-                    event.topFrame = report.topFrame?.displayName
-                    event.stallClass = report.stallClass
-                    event.signature = report.signature
-                    event.phase = report.phase
-                    event.suppressed = true
-                    log(event, client: client, state: &state)
-                    return
-                }
-                if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
-            }
-            let path = persist(report, client: client, state: &state)
+            writeSnapshot(parts, missing: missing, reply: reply, client: client, state: &state)
+        case .frozen(let loopName, let nanoseconds): logFreeze(loopName, nanoseconds, client: client, state: &state)
+        case .loopStats(let line, let threadID): logLoopStats(line, threadID: threadID, client: client, state: &state)
+        case .poolStats(let window): logPoolStats(window, client: client, state: &state)
+        case .finish(let snapshot): writeFinal(snapshot, client: client, state: &state)
+        }
+    }
+
+    // MARK: - One method per message
+
+    /// A stall began: a `stall.begin` line (its report comes with its interim or its end).
+    private func logBegin(_ snapshot: StallSnapshot, client: ReportClient, state: inout WriterState) {
+        let report = build(snapshot, client: client, state: &state)
+        var event = baseEvent("stall.begin", snapshot)
+        event.elapsedMs = Double(snapshot.elapsedAtDetection) / 1e6
+        event.topFrame = report.topFrame?.displayName
+        log(event, client: client, state: &state)
+    }
+
+    /// A stall still going after `interim_after_ms`: its report so far, unless the rate limit suppresses the stall.
+    private func writeInterim(_ snapshot: StallSnapshot, client: ReportClient, state: inout WriterState) {
+        var report = build(snapshot, client: client, state: &state)
+        let decision = state.admission.interim(
+            snapshot.id, signature: report.signature, alreadyPublished: state.reportPaths[snapshot.id] != nil,
+            limit: client.configuration.maxReportsPerSignaturePerHour, now: cstallmon_loop_monotonic_ns())
+        if let decision {
+            guard decision.write else { return }  // its final is counted as suppressed
+            if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
+        }
+        if let path = persist(report, client: client, state: &state) {
+            client.counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed)
+            log(ongoingEvent("stall.interim", snapshot, report, path: path), client: client, state: &state)
+        }
+    }
+
+    /// A stall past a hang limit: its report (always: the evidence of a hang; its final, if the stall ever ends,
+    /// follows it) and a `stall.hang` line made durable, for the process may end right after it.
+    private func writeHang(_ snapshot: StallSnapshot, action: String, afterMs: Double, client: ReportClient,
+                           state: inout WriterState) {
+        var report = build(snapshot, client: client, state: &state)
+        report.hang = StallReport.Hang(action: action, afterMs: afterMs)
+        let decision = state.admission.hang(snapshot.id)
+        if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
+        HangRegistry.shared.noteTopFrame(id: snapshot.id, topFrame: report.topFrame?.displayName)
+        let path = persist(report, client: client, state: &state)
+        if path != nil { client.counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed) }
+        var event = ongoingEvent("stall.hang", snapshot, report, path: path)
+        event.action = action
+        event.message = action == "abort"
+            ? "hung past hang_abort_after_ms (\(Int(afterMs)) ms): the process ends with SIGABRT"
+            : "hung past systemd_hang_after_ms (\(Int(afterMs)) ms): systemd's watchdog is no longer fed"
+        log(event, client: client, state: &state, durable: true)
+    }
+
+    /// A snapshot on demand: its report (never offered to the sinks) and a `snapshot` line; the asker is answered.
+    private func writeSnapshot(_ parts: [SnapshotCoordinator.Part], missing: Int, reply: SnapshotReply,
+                               client: ReportClient, state: inout WriterState) {
+        let report = Self.snapshotReport(parts, missing: missing,
+                                         builder: state.reportBuilder(for: client.configuration.inApp))
+        guard let path = persist(report, client: client, state: &state, toSinks: false) else {
+            reply.finish(.failure("the report directory could not be written (see the service's log)"))
+            return
+        }
+        var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()), event: "snapshot")
+        event.report = path
+        event.count = report.snapshot?.entries.count
+        event.message = missing > 0 ? "\(missing) watchdog(s) did not answer in time" : nil
+        log(event, client: client, state: &state)
+        Self.keepNewestSnapshots(in: directory, count: Self.snapshotsKept)
+        reply.finish(.success(path))
+    }
+
+    /// The whole process did not run: a `process.frozen` line.
+    private func logFreeze(_ loopName: String, _ nanoseconds: UInt64, client: ReportClient,
+                           state: inout WriterState) {
+        var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
+                               event: "process.frozen")
+        event.loop = loopName
+        event.durationMs = Double(nanoseconds) / 1e6
+        event.message = "the process did not run (SIGSTOP, debugger or VM pause); not counted as a stall"
+        log(event, client: client, state: &state)
+    }
+
+    /// A loop's window of iterations: a `loop.stats` line.
+    private func logLoopStats(_ line: LoopStatsReporter.Line, threadID: Int32, client: ReportClient,
+                              state: inout WriterState) {
+        var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()), event: "loop.stats")
+        event.loop = line.loopName
+        event.tid = threadID
+        let window = line.window
+        event.windowS = Double(window.elapsed.nanosecondsClamped) / 1e9
+        event.iterations = Int(clamping: window.iterations)
+        event.busyP50Ms = Self.milliseconds(window.busyHistogram, 0.5)
+        event.busyP90Ms = Self.milliseconds(window.busyHistogram, 0.9)
+        event.busyP99Ms = Self.milliseconds(window.busyHistogram, 0.99)
+        event.busyMaxMs = Self.milliseconds(window.busyHistogram, 1)
+        event.utilization = (window.utilization * 10_000).rounded() / 10_000
+        log(event, client: client, state: &state)
+    }
+
+    /// A pool class's window of jobs: a `pool.stats` line.
+    private func logPoolStats(_ window: PoolStatsReporter.Window, client: ReportClient, state: inout WriterState) {
+        var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()), event: "pool.stats")
+        event.loop = window.poolClass.pool
+        event.priority = window.poolClass.priority
+        event.windowS = Double(window.elapsedNanoseconds) / 1e9
+        event.jobs = Int(clamping: window.jobs)
+        event.runP50Ms = Self.milliseconds(window.run, 0.5)
+        event.runP90Ms = Self.milliseconds(window.run, 0.9)
+        event.runP99Ms = Self.milliseconds(window.run, 0.99)
+        event.runMaxMs = Self.milliseconds(window.run, 1)
+        event.delayP50Ms = Self.milliseconds(window.delay, 0.5)
+        event.delayP90Ms = Self.milliseconds(window.delay, 0.9)
+        event.delayP99Ms = Self.milliseconds(window.delay, 0.99)
+        event.delayMaxMs = Self.milliseconds(window.delay, 1)
+        event.slowJobs = Int(clamping: window.slowJobs)
+        event.longDelays = Int(clamping: window.longDelays)
+        event.workers = window.workers
+        event.utilization = (window.busyRatio * 10_000).rounded() / 10_000
+        log(event, client: client, state: &state)
+    }
+
+    /// A histogram's percentile in milliseconds, for the statistics lines.
+    private static func milliseconds(_ histogram: LoopBusyHistogram, _ fraction: Double) -> Double? {
+        histogram.percentile(fraction).map { Double($0.nanosecondsClamped) / 1e6 }
+    }
+
+    /// A stall ended: its final report (unless the rate limit suppresses the stall; it is then counted) and a
+    /// `stall.end` line either way.
+    private func writeFinal(_ snapshot: StallSnapshot, client: ReportClient, state: inout WriterState) {
+        let counters = client.counters
+        var report = build(snapshot, client: client, state: &state)
+        let decision = state.admission.final(
+            snapshot.id, signature: report.signature, alreadyPublished: state.reportPaths[snapshot.id] != nil,
+            limit: client.configuration.maxReportsPerSignaturePerHour, now: cstallmon_loop_monotonic_ns())
+        var path: String?
+        if let decision, !decision.write {
+            counters.reportsSuppressed.wrappingAdd(1, ordering: .relaxed)
+        } else {
+            if let before = decision?.suppressedBefore, before > 0 { report.suppressedBefore = before }
+            path = persist(report, client: client, state: &state)
             if path != nil {
                 counters.reportsWritten.wrappingAdd(1, ordering: .relaxed)
                 client.written.increment()
@@ -324,17 +334,21 @@ final class ReportWriter: Sendable {
                 counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
                 client.dropped.increment()
             }
-            var event = baseEvent("stall.end", snapshot)
-            event.durationMs = report.durationMs
-            event.topFrame = report.topFrame?.displayName
+        }
+        var event = baseEvent("stall.end", snapshot)
+        event.durationMs = report.durationMs
+        event.topFrame = report.topFrame?.displayName
+        event.stallClass = report.stallClass
+        event.signature = report.signature
+        event.phase = report.phase
+        if decision?.write == false {
+            event.suppressed = true
+        } else {
             event.samples = report.samples.count
             event.report = path
-            event.stallClass = report.stallClass
-            event.signature = report.signature
-            event.phase = report.phase
-            log(event, client: client, state: &state)
-            state.reportPaths[snapshot.id] = nil
         }
+        log(event, client: client, state: &state)
+        state.reportPaths[snapshot.id] = nil
     }
 
     private func build(_ snapshot: StallSnapshot, client: ReportClient, state: inout WriterState) -> StallReport {
