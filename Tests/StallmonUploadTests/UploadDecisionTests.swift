@@ -24,6 +24,17 @@ struct UploadDecisionTests {
         #expect(SpoolQuota.entriesToDrop(entries(2), limits: limits, now: 3 * second).isEmpty)
     }
 
+    /// One quota rule with the report directory's (`OldestFirstQuota`): an entry too old is dropped wherever it stands
+    /// in name order (a long stall's final is spooled after a later, shorter stall's report); the spool's loop
+    /// stopped at the first entry within the limits, keeping it past its age.
+    @Test func aTooOldEntryIsDroppedWhereverItStands() {
+        let limits = SpoolLimits(maxReports: 100, maxBytes: 10_000, maxAgeNanoseconds: 10 * second)
+        let spooled = [SpoolEntry(name: "stall-0.json", bytes: 100, spooledAt: 30 * second),
+                       SpoolEntry(name: "stall-1.json", bytes: 100, spooledAt: 5 * second),
+                       SpoolEntry(name: "stall-2.json", bytes: 100, spooledAt: 31 * second)]
+        #expect(SpoolQuota.entriesToDrop(spooled, limits: limits, now: 32 * second).map(\.name) == ["stall-1.json"])
+    }
+
     @Test func aBatchIsDueAtCountOrAgeAndRespectsTheBodyLimit() {
         let plan = BatchPlan(maxReports: 3, maxAgeNanoseconds: 10 * second, maxBodyBytes: 250)
         #expect(plan.decide([], now: 0, flush: false) == .idle)

@@ -19,21 +19,13 @@ enum ReportRetention {
         var linkCount: Int
     }
 
-    /// `entries` sorted oldest first (report names begin with the stall's UTC start).
+    /// `entries` sorted oldest first (report names begin with the stall's UTC start). A report still linked from the
+    /// spool (pending upload) is kept.
     static func entriesToRemove(_ entries: [Entry], limits: Limits, now: UInt64) -> [Entry] {
-        var count = entries.count
-        var bytes = entries.reduce(0) { $0 + $1.bytes }
-        var remove: [Entry] = []
-        for entry in entries {
-            let tooOld = now > entry.modified && now - entry.modified > limits.maxAgeNanoseconds
-            // Not `break`: a newer entry can still be too old (mtime order need not follow name order).
-            guard tooOld || count > limits.maxCount || bytes > limits.maxBytes else { continue }
-            guard entry.linkCount <= 1 else { continue }  // pending upload: kept
-            remove.append(entry)
-            count -= 1
-            bytes -= entry.bytes
-        }
-        return remove
+        OldestFirstQuota.entriesToRemove(
+            entries, limits: .init(maxCount: limits.maxCount, maxBytes: limits.maxBytes,
+                                   maxAgeNanoseconds: limits.maxAgeNanoseconds),
+            now: now, bytes: \.bytes, time: \.modified, removable: { $0.linkCount <= 1 })
     }
 
     /// The reports in `directory` (`stall-*.json`), oldest first.

@@ -449,7 +449,7 @@ public final class Uploader: Sendable {
             "dropped": "\(drop.count)", "oldest": "\(drop.first!.name)",
             "limits": "\(limits.maxReports) reports, \(limits.maxBytes) bytes",
         ])
-        return Array(pending.dropFirst(drop.count))
+        return pending.filter { !drop.contains($0) }  // not always a prefix: a too-old entry goes wherever it is
     }
 
     private func wait(until deadline: UInt64) {

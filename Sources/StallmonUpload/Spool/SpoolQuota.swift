@@ -3,20 +3,13 @@ import Stallmon
 import StallmonReport
 
 enum SpoolQuota {
-    /// The entries to drop, oldest first, so that what remains is within `limits` at `now`. `entries` must be sorted
-    /// oldest first.
+    /// The entries to drop so that what remains is within `limits` at `now` (`OldestFirstQuota`, the report
+    /// directory's rule too). `entries` must be sorted oldest first.
     static func entriesToDrop(_ entries: [SpoolEntry], limits: SpoolLimits, now: UInt64) -> [SpoolEntry] {
-        var drop: [SpoolEntry] = []
-        var remaining = entries[...]
-        var bytes = entries.reduce(0) { $0 + $1.bytes }
-        while let oldest = remaining.first {
-            let tooOld = now > oldest.spooledAt && now - oldest.spooledAt > limits.maxAgeNanoseconds
-            guard tooOld || remaining.count > limits.maxReports || bytes > limits.maxBytes else { break }
-            drop.append(oldest)
-            bytes -= oldest.bytes
-            remaining = remaining.dropFirst()
-        }
-        return drop
+        OldestFirstQuota.entriesToRemove(
+            entries, limits: .init(maxCount: limits.maxReports, maxBytes: limits.maxBytes,
+                                   maxAgeNanoseconds: limits.maxAgeNanoseconds),
+            now: now, bytes: \.bytes, time: \.spooledAt)
     }
 }
 

@@ -1,0 +1,36 @@
+/// The one quota rule of the report directory (`ReportRetention`) and the upload spool (`SpoolQuota`), as a pure
+/// function: entries sorted oldest first (by name: reports are named by the stall's UTC start) are removed until what
+/// remains is within a count, a byte and an age limit. An entry too old goes wherever it stands (its time need not
+/// follow name order: a long stall's final report is written after a later, shorter one's); one `removable` refuses
+/// stays and still counts.
+package enum OldestFirstQuota {
+    package struct Limits: Equatable, Sendable {
+        package var maxCount: Int
+        package var maxBytes: Int
+        package var maxAgeNanoseconds: UInt64
+
+        package init(maxCount: Int, maxBytes: Int, maxAgeNanoseconds: UInt64) {
+            self.maxCount = maxCount
+            self.maxBytes = maxBytes
+            self.maxAgeNanoseconds = maxAgeNanoseconds
+        }
+    }
+
+    /// The entries to remove, in their order. `bytes` and `time` (nanoseconds since the epoch) read an entry.
+    package static func entriesToRemove<Entry>(_ entries: [Entry], limits: Limits, now: UInt64,
+                                               bytes: (Entry) -> Int, time: (Entry) -> UInt64,
+                                               removable: (Entry) -> Bool = { _ in true }) -> [Entry] {
+        var count = entries.count
+        var total = entries.reduce(0) { $0 + bytes($1) }
+        var remove: [Entry] = []
+        for entry in entries {
+            let tooOld = now > time(entry) && now - time(entry) > limits.maxAgeNanoseconds
+            guard tooOld || count > limits.maxCount || total > limits.maxBytes else { continue }
+            guard removable(entry) else { continue }
+            remove.append(entry)
+            count -= 1
+            total -= bytes(entry)
+        }
+        return remove
+    }
+}
