@@ -91,7 +91,6 @@ let package = Package(
                 "Stallmon",
                 "StallmonReport",
                 "CStallmonLoopShims",
-                "CStallmonCapture",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client", condition: .when(traits: ["Upload"])),
@@ -133,7 +132,7 @@ let package = Package(
             name: "stallmon-bench",
             dependencies: [
                 "Stallmon", "StallmonLoop", "StallmonReport", "StallmonUpload", "StallmonNIO", "CStallmonCapture",
-                "CStallmonConcurrency",
+                "CStallmonConcurrency", "CStallmonLoopShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -144,7 +143,8 @@ let package = Package(
         // A child process of ConcurrencyStallMonitorTests: plain Swift Concurrency that stalls the global executor.
         .executableTarget(
             name: "stallmon-async-fixture",
-            dependencies: ["Stallmon", "StallmonLoop", "CStallmonCapture", .product(name: "NIOCore", package: "swift-nio"),
+            dependencies: ["Stallmon", "StallmonLoop", "CStallmonCapture", "CStallmonLoopShims",
+                           .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "NIOPosix", package: "swift-nio")],
             path: "Tests/StallmonAsyncFixture"
         ),
@@ -153,7 +153,7 @@ let package = Package(
         .testTarget(
             name: "StallmonTests",
             dependencies: [
-                "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonCapture", "CStallmonConcurrency",
+                "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonCapture", "CStallmonConcurrency", "CStallmonLoopShims",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
@@ -194,7 +194,7 @@ let package = Package(
         .testTarget(
             name: "StallmonFaultTests",
             dependencies: [
-                "Stallmon", "StallmonLoop", "StallmonReport", "StallmonUpload", "CStallmonCapture",
+                "Stallmon", "StallmonLoop", "StallmonReport", "StallmonUpload", "CStallmonCapture", "CStallmonLoopShims",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
                 "StallmonTestSupport",

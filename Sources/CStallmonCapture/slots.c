@@ -15,15 +15,11 @@ capture_state cstallmon_g_state = {.mutex = PTHREAD_MUTEX_INITIALIZER,
 
 // MARK: - Clocks, ids and status (async-signal-safe, though never called from the handler)
 
-uint64_t cstallmon_monotonic_ns(void) { return monotonic_ns(); }
-
 uint64_t cstallmon_realtime_ns(void) {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
 }
-
-pid_t cstallmon_gettid(void) { return (pid_t)syscall(SYS_gettid); }
 
 int64_t cstallmon_socket_peer_uid(int fd) {
     struct ucred credentials;

@@ -102,9 +102,9 @@ int cstallmon_eventfd_drain(int fd) {
     }
 }
 
-pid_t cstallmon_loop_gettid(void) { return gettid(); }
+pid_t cstallmon_gettid(void) { return gettid(); }
 
-uint64_t cstallmon_loop_monotonic_ns(void) {
+uint64_t cstallmon_monotonic_ns(void) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;

@@ -14,7 +14,7 @@ public struct MonotonicInstant: Comparable, Hashable, Sendable, CustomStringConv
     /// Reads CLOCK_MONOTONIC (vDSO, no syscall).
     @inlinable
     public static func now() -> MonotonicInstant {
-        MonotonicInstant(nanoseconds: cstallmon_loop_monotonic_ns())
+        MonotonicInstant(nanoseconds: cstallmon_monotonic_ns())
     }
 
     @inlinable

@@ -73,7 +73,7 @@ public final class NIOStallMonitor: Sendable {
         do throws(StallMonitorError) {
             try LoopWatch.check(configuration, sinks: sinks)
             let threadIDs = try Self.onEachLoop(loops, deadline: setUpDeadline, timeout: setUpTimeout) { _ in
-                cstallmon_loop_gettid()
+                cstallmon_gettid()
             }
             var names = Set<String>()
             for (loop, tid) in zip(loops, threadIDs) {

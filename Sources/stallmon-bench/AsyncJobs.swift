@@ -1,3 +1,4 @@
+import CStallmonLoopShims
 import ArgumentParser
 import Foundation
 import CStallmonCapture

@@ -52,14 +52,14 @@ final class StallingHandler: ChannelInboundHandler, @unchecked Sendable {
         let parts = head.uri.split(separator: "?")
         let path = String(parts.first ?? "/")
         let milliseconds = parts.count > 1 ? Int(parts[1].split(separator: "=").last ?? "0") ?? 0 : 0
-        let start = cstallmon_loop_monotonic_ns()
+        let start = cstallmon_monotonic_ns()
         switch path {
         case "/spin": _ = burnCPUInChannelRead(milliseconds: milliseconds)
         case "/sleep": sleepInChannelRead(milliseconds: milliseconds)
         case "/lock": waitForLockInChannelRead()
         default: break
         }
-        let elapsed = Double(cstallmon_loop_monotonic_ns() - start) / 1e6
+        let elapsed = Double(cstallmon_monotonic_ns() - start) / 1e6
         if path != "/" { measured.withLockedValue { $0.append((head.uri, elapsed, threadName())) } }
         var headers = HTTPHeaders()
         headers.add(name: "content-length", value: "2")
@@ -71,9 +71,9 @@ final class StallingHandler: ChannelInboundHandler, @unchecked Sendable {
 
     @inline(never)
     func burnCPUInChannelRead(milliseconds: Int) -> UInt64 {
-        let end = cstallmon_loop_monotonic_ns() + UInt64(milliseconds) * 1_000_000
+        let end = cstallmon_monotonic_ns() + UInt64(milliseconds) * 1_000_000
         var accumulator: UInt64 = 1
-        while cstallmon_loop_monotonic_ns() < end {
+        while cstallmon_monotonic_ns() < end {
             for value in 0..<1000 { accumulator = accumulator &* 6364136223846793005 &+ UInt64(value) }
         }
         return accumulator

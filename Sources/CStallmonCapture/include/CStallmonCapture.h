@@ -170,11 +170,8 @@ int cstallmon_thread_blocks_signal(pid_t tid, int signal_number);
 /// (one system call).
 int cstallmon_read_own_memory(uintptr_t address, void *buffer, size_t length);
 
-/// The kernel thread id of the caller. Async-signal-safe.
-pid_t cstallmon_gettid(void);
-
-/// CLOCK_MONOTONIC in nanoseconds. Async-signal-safe (clock_gettime is on the POSIX list).
-uint64_t cstallmon_monotonic_ns(void);
+// The caller's thread id and CLOCK_MONOTONIC are CStallmonLoopShims' `cstallmon_gettid` and
+// `cstallmon_monotonic_ns`, exported once for every module.
 
 /// CLOCK_REALTIME in nanoseconds since the Unix epoch. Async-signal-safe.
 uint64_t cstallmon_realtime_ns(void);

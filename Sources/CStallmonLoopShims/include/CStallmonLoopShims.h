@@ -65,11 +65,12 @@ int cstallmon_signalfd_take(int fd);
 /// Names the calling thread (at most 15 bytes are kept). NOT async-signal-safe.
 void cstallmon_set_thread_name(const char *name);
 
-/// The kernel thread id of the caller. Async-signal-safe.
-pid_t cstallmon_loop_gettid(void);
+/// The kernel thread id of the caller: the one every stallmon module uses. Async-signal-safe.
+pid_t cstallmon_gettid(void);
 
-/// CLOCK_MONOTONIC in nanoseconds (vDSO, no syscall). Async-signal-safe.
-uint64_t cstallmon_loop_monotonic_ns(void);
+/// CLOCK_MONOTONIC in nanoseconds (vDSO, no syscall): the one clock every stallmon module reads from Swift (the
+/// signal handler's own reads in CStallmonCapture are of the same clock). Async-signal-safe.
+uint64_t cstallmon_monotonic_ns(void);
 
 /// The loop running on the calling thread (an opaque, unretained `Looper`), or NULL. A `__thread` variable, which
 /// Swift cannot declare. Async-signal-safe (a thread-local read or write).

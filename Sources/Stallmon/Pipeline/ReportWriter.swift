@@ -125,7 +125,7 @@ final class ReportWriter: Sendable {
         applyRetention(for: firstClient)
         while true {
             // Reports a sink refused are offered again every second while there are any.
-            wakeSignal.wait(until: state.refusedBySink.isEmpty ? nil : cstallmon_loop_monotonic_ns() + 1_000_000_000)
+            wakeSignal.wait(until: state.refusedBySink.isEmpty ? nil : cstallmon_monotonic_ns() + 1_000_000_000)
             let (batch, stopping) = queue.withLock { state in
                 defer { state.messages.removeAll(keepingCapacity: true) }
                 return (state.messages, state.stopping)
@@ -209,7 +209,7 @@ final class ReportWriter: Sendable {
         var report = build(snapshot, client: client, state: &state)
         let decision = state.admission.interim(
             snapshot.id, signature: report.signature, alreadyPublished: state.reportPaths[snapshot.id] != nil,
-            limit: client.configuration.maxReportsPerSignaturePerHour, now: cstallmon_loop_monotonic_ns())
+            limit: client.configuration.maxReportsPerSignaturePerHour, now: cstallmon_monotonic_ns())
         if let decision {
             guard decision.write else { return }  // its final is counted as suppressed
             if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
@@ -319,7 +319,7 @@ final class ReportWriter: Sendable {
         var report = build(snapshot, client: client, state: &state)
         let decision = state.admission.final(
             snapshot.id, signature: report.signature, alreadyPublished: state.reportPaths[snapshot.id] != nil,
-            limit: client.configuration.maxReportsPerSignaturePerHour, now: cstallmon_loop_monotonic_ns())
+            limit: client.configuration.maxReportsPerSignaturePerHour, now: cstallmon_monotonic_ns())
         var path: String?
         if let decision, !decision.write {
             counters.reportsSuppressed.wrappingAdd(1, ordering: .relaxed)
@@ -553,7 +553,7 @@ final class ReportWriter: Sendable {
     /// A snapshot's report: the parts' samples symbolicated as one stall's would be, each part pointing at its own.
     private static func snapshotReport(_ parts: [SnapshotCoordinator.Part], missing: Int,
                                        builder: ReportBuilder) -> StallReport {
-        let now = cstallmon_loop_monotonic_ns()
+        let now = cstallmon_monotonic_ns()
         let wall = WallClock.nowNanoseconds()
         var sampleOf: [Int: Int] = [:]
         var samples: [RawSample] = []

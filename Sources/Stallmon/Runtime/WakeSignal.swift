@@ -32,7 +32,7 @@ package final class WakeSignal: Sendable {
     package func wait(until deadline: UInt64?) {
         var remaining: UInt64?  // nil: no deadline
         if let deadline {
-            let now = cstallmon_loop_monotonic_ns()
+            let now = cstallmon_monotonic_ns()
             guard deadline > now else { return }
             remaining = deadline - now
         }

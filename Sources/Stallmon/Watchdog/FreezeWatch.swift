@@ -1,3 +1,4 @@
+import CStallmonLoopShims
 import CStallmonCapture
 
 /// Tells a whole-process freeze (SIGSTOP, a VM or container pause) from the watchdog thread's own passes: a wake-up

@@ -133,7 +133,7 @@ extension Looper {
     func dispatchObservers(_ activity: LooperActivity, now: UInt64?) {
         let bucket = activity.bucket
         guard !observerSnapshot.buckets[bucket].isEmpty else { return }
-        let instant = MonotonicInstant(nanoseconds: now ?? cstallmon_loop_monotonic_ns())
+        let instant = MonotonicInstant(nanoseconds: now ?? cstallmon_monotonic_ns())
         let active = activeModes
         // Index into the snapshot rather than copying the array out, to spare the hot path a retain/release.
         // The snapshot is replaced only by refreshRegistrySnapshot, on this thread: between dispatches, or by a

@@ -14,7 +14,7 @@ extension Looper {
         if !nested {
             guard !running.exchange(true, ordering: .acquiringAndReleasing) else { return .runningOnAnotherThread }
             loopThreadHandle.store(UInt(pthread_self()), ordering: .relaxed)
-            loopThreadIDStorage.store(cstallmon_loop_gettid(), ordering: .releasing)
+            loopThreadIDStorage.store(cstallmon_gettid(), ordering: .releasing)
             cstallmon_loop_set_current(Unmanaged.passUnretained(self).toOpaque())
         }
         if nested { nestedRunCount &+= 1 }
@@ -35,7 +35,7 @@ extension Looper {
         if finishWhenEmpty && modeIsEmpty() { return .finished }
 
         refreshRegistrySnapshot()
-        var now = cstallmon_loop_monotonic_ns()
+        var now = cstallmon_monotonic_ns()
         if nested {
             // The callback's work so far ends here; each nested pass is an iteration of its own.
             forEachProbe { $0.loopIdles(at: now) }
@@ -55,7 +55,7 @@ extension Looper {
             }
             // `run(until:)` returns at once when the deadline has passed; `run(in:for:)` polls once first, as
             // CFRunLoopRunInMode with 0 seconds does.
-            if !finishWhenEmpty, let deadline, cstallmon_loop_monotonic_ns() >= deadline {
+            if !finishWhenEmpty, let deadline, cstallmon_monotonic_ns() >= deadline {
                 result = .timedOut
                 break
             }
@@ -65,13 +65,13 @@ extension Looper {
                 result = .handledSource
                 break
             }
-            if let deadline, cstallmon_loop_monotonic_ns() >= deadline {
+            if let deadline, cstallmon_monotonic_ns() >= deadline {
                 result = .timedOut
                 break
             }
         }
         refreshRegistrySnapshot()
-        now = cstallmon_loop_monotonic_ns()
+        now = cstallmon_monotonic_ns()
         dispatchObservers(.exit, now: now)
         if nested {
             // Back in the callback that ran the nested loop: its remaining work is busy again.
@@ -115,7 +115,7 @@ extension Looper {
     }
 
     func runPass(deadline: UInt64?) {
-        var now = cstallmon_loop_monotonic_ns()
+        var now = cstallmon_monotonic_ns()
         refreshRegistrySnapshot()
         refreshActiveModes()
         forEachProbe { $0.passBegins(at: now) }
@@ -128,7 +128,7 @@ extension Looper {
         runSignalledCustomSources()
 
         // Sleep only when nothing is pending; otherwise poll the descriptors and come straight back.
-        now = cstallmon_loop_monotonic_ns()
+        now = cstallmon_monotonic_ns()
         var timeout = waitTimeout(deadline: deadline, now: now)
         let sleeps = timeout != 0
         currentLabelStorage.store(0, ordering: .relaxed)
@@ -140,14 +140,14 @@ extension Looper {
             // stop() on this thread, which does not wake the loop: decide again so that the wait cannot sleep
             // through it.
             if hasObservers(.beforeWaiting) {
-                timeout = waitTimeout(deadline: deadline, now: cstallmon_loop_monotonic_ns())
+                timeout = waitTimeout(deadline: deadline, now: cstallmon_monotonic_ns())
             }
         }
         let count = waitForEvents(timeoutNanoseconds: timeout)
         if sleeps {
             refreshRegistrySnapshot()
             if observerSnapshot.probe != nil || hasObservers(.afterWaiting) {
-                let woke = cstallmon_loop_monotonic_ns()
+                let woke = cstallmon_monotonic_ns()
                 forEachProbe { $0.loopWoke(at: woke) }
                 dispatchObservers(.afterWaiting, now: woke)
             }
@@ -169,7 +169,7 @@ extension Looper {
 
     /// epoll wait, retrying EINTR (our own sampling signal interrupts it even with SA_RESTART) for the time left.
     func waitForEvents(timeoutNanoseconds: Int64) -> Int {
-        let start = timeoutNanoseconds > 0 ? cstallmon_loop_monotonic_ns() : 0
+        let start = timeoutNanoseconds > 0 ? cstallmon_monotonic_ns() : 0
         var remaining = timeoutNanoseconds
         while true {
             let count = readyEvents.withUnsafeMutableBufferPointer { buffer in
@@ -178,7 +178,7 @@ extension Looper {
             if count >= 0 { return Int(count) }
             guard errno == EINTR else { return 0 }
             if timeoutNanoseconds > 0 {
-                let elapsed = Int64(clamping: cstallmon_loop_monotonic_ns() - start)
+                let elapsed = Int64(clamping: cstallmon_monotonic_ns() - start)
                 remaining = max(0, timeoutNanoseconds - elapsed)
             }
         }

@@ -1,6 +1,5 @@
 // Needs the `Upload` trait (on by default): the HTTP client, SwiftNIO and compress-nio come with it.
 #if Upload
-import CStallmonCapture
 import CStallmonLoopShims
 import Foundation
 import Logging

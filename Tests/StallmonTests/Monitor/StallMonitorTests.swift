@@ -1,3 +1,4 @@
+import CStallmonLoopShims
 import CStallmonCapture
 import Foundation
 import InMemoryLogging
