@@ -4,28 +4,18 @@
 /// follow name order: a long stall's final report is written after a later, shorter one's); one `removable` refuses
 /// stays and still counts.
 package enum OldestFirstQuota {
-    package struct Limits: Equatable, Sendable {
-        package var maxCount: Int
-        package var maxBytes: Int
-        package var maxAgeNanoseconds: UInt64
-
-        package init(maxCount: Int, maxBytes: Int, maxAgeNanoseconds: UInt64) {
-            self.maxCount = maxCount
-            self.maxBytes = maxBytes
-            self.maxAgeNanoseconds = maxAgeNanoseconds
-        }
-    }
-
-    /// The entries to remove, in their order. `bytes` and `time` (nanoseconds since the epoch) read an entry.
-    package static func entriesToRemove<Entry>(_ entries: [Entry], limits: Limits, now: UInt64,
-                                               bytes: (Entry) -> Int, time: (Entry) -> UInt64,
+    /// The entries to remove, in their order, so that at most `maxCount` entries and `maxBytes` remain, none older
+    /// than `maxAgeNanoseconds` at `now`. `bytes` and `time` (nanoseconds since the epoch) read an entry.
+    package static func entriesToRemove<Entry>(_ entries: [Entry], maxCount: Int, maxBytes: Int,
+                                               maxAgeNanoseconds: UInt64, now: UInt64, bytes: (Entry) -> Int,
+                                               time: (Entry) -> UInt64,
                                                removable: (Entry) -> Bool = { _ in true }) -> [Entry] {
         var count = entries.count
         var total = entries.reduce(0) { $0 + bytes($1) }
         var remove: [Entry] = []
         for entry in entries {
-            let tooOld = now > time(entry) && now - time(entry) > limits.maxAgeNanoseconds
-            guard tooOld || count > limits.maxCount || total > limits.maxBytes else { continue }
+            let tooOld = now > time(entry) && now - time(entry) > maxAgeNanoseconds
+            guard tooOld || count > maxCount || total > maxBytes else { continue }
             guard removable(entry) else { continue }
             remove.append(entry)
             count -= 1

@@ -23,8 +23,7 @@ enum ReportRetention {
     /// spool (pending upload) is kept.
     static func entriesToRemove(_ entries: [Entry], limits: Limits, now: UInt64) -> [Entry] {
         OldestFirstQuota.entriesToRemove(
-            entries, limits: .init(maxCount: limits.maxCount, maxBytes: limits.maxBytes,
-                                   maxAgeNanoseconds: limits.maxAgeNanoseconds),
+            entries, maxCount: limits.maxCount, maxBytes: limits.maxBytes, maxAgeNanoseconds: limits.maxAgeNanoseconds,
             now: now, bytes: \.bytes, time: \.modified, removable: { $0.linkCount <= 1 })
     }
 

@@ -7,9 +7,8 @@ enum SpoolQuota {
     /// directory's rule too). `entries` must be sorted oldest first.
     static func entriesToDrop(_ entries: [SpoolEntry], limits: SpoolLimits, now: UInt64) -> [SpoolEntry] {
         OldestFirstQuota.entriesToRemove(
-            entries, limits: .init(maxCount: limits.maxReports, maxBytes: limits.maxBytes,
-                                   maxAgeNanoseconds: limits.maxAgeNanoseconds),
-            now: now, bytes: \.bytes, time: \.spooledAt)
+            entries, maxCount: limits.maxReports, maxBytes: limits.maxBytes,
+            maxAgeNanoseconds: limits.maxAgeNanoseconds, now: now, bytes: \.bytes, time: \.spooledAt)
     }
 }
 
