@@ -146,6 +146,7 @@ public struct Spool: Sendable {
         for name in names {
             guard let entry = Self.entryName(ofAside: name) else { continue }
             let aside = "\(pendingDirectory)/\(name)"
+            // Linked, never renamed back over the name: an enqueue may be putting a newer one there right now.
             if link(aside, "\(pendingDirectory)/\(entry)") == 0 {
                 restored += 1
             } else if errno != EEXIST {
@@ -192,6 +193,35 @@ public struct Spool: Sendable {
 
     func path(of entry: SpoolEntry) -> String { "\(pendingDirectory)/\(entry.name)" }
 
+    /// Renames `entry` aside for `purpose`, so that what is checked is what is then moved: the aside's path, and
+    /// whether `pending/` held a newer file than the one listed (`identity`: a final report that replaced its interim
+    /// since). Nil when the entry is gone already. `failure` names the operation in the error.
+    private func setAside(_ entry: SpoolEntry, identity: FileIdentity, _ purpose: AsidePurpose,
+                          failure: (operation: String, path: String))
+        throws(FileError) -> (path: String, replaced: Bool)?
+    {
+        let aside = asidePath(for: entry, purpose)
+        guard rename(path(of: entry), aside) == 0 else {
+            if errno == ENOENT { return nil }
+            throw .last(failure.operation, failure.path)
+        }
+        afterSettingAside?(aside)
+        var info = stat()
+        return (aside, stat(aside, &info) == 0 && FileIdentity(info) != identity)
+    }
+
+    /// Puts a replaced entry's `aside` back as `entry`, unless an even newer one arrived there meanwhile (`EEXIST`),
+    /// which supersedes it; then removes the aside. When it cannot be linked, it is renamed back and the failure
+    /// thrown.
+    private func putBack(_ aside: String, as entry: String) throws(FileError) {
+        guard link(aside, entry) == 0 || errno == EEXIST else {
+            let failure = FileError.last("restore", entry)
+            _ = rename(aside, entry)
+            throw failure
+        }
+        _ = unlink(aside)
+    }
+
     /// Removes delivered (or dropped) entries, each only if `pending/` still holds the very file that was listed:
     /// the entry is first renamed aside (atomic), then compared; a newer file that replaced it (a final report over
     /// its interim) is put back. Entries already gone are fine. Only under the sending lock.
@@ -202,23 +232,14 @@ public struct Spool: Sendable {
                 if unlink(path) != 0 && errno != ENOENT { throw .last("unlink", path) }
                 continue
             }
-            let aside = asidePath(for: entry, .removing)
-            guard rename(path, aside) == 0 else {
-                if errno == ENOENT { continue }
-                throw .last("unlink", path)
+            guard let aside = try setAside(entry, identity: identity, .removing, failure: ("unlink", path)) else {
+                continue
             }
-            afterSettingAside?(aside)
-            var info = stat()
-            if stat(aside, &info) == 0 && FileIdentity(info) != identity {
-                // Replaced after it was listed: the newer content was not sent. Put it back unless an even newer one
-                // arrived meanwhile (EEXIST), which then supersedes it.
-                if link(aside, path) != 0 && errno != EEXIST {
-                    let failure = FileError.last("restore", path)
-                    _ = rename(aside, path)
-                    throw failure
-                }
+            if aside.replaced {
+                try putBack(aside.path, as: path)  // the newer content was not sent
+            } else {
+                _ = unlink(aside.path)
             }
-            _ = unlink(aside)
         }
         if !entries.isEmpty { try AtomicFile.syncDirectory(pendingDirectory) }
     }
@@ -235,29 +256,20 @@ public struct Spool: Sendable {
                 guard rename(path(of: entry), target) == 0 else { throw .last("move to rejected", target) }
                 continue
             }
-            // Set aside first, so what is checked is what is moved.
-            let aside = asidePath(for: entry, .rejecting)
-            guard rename(path(of: entry), aside) == 0 else {
-                if errno == ENOENT { _ = unlink(target + ".reason"); continue }
-                throw .last("move to rejected", target)
-            }
-            afterSettingAside?(aside)
-            var info = stat()
-            if stat(aside, &info) == 0 && FileIdentity(info) != identity {
-                // Replaced after it was listed: the newer content was never sent. Put it back (unless an even newer
-                // one arrived meanwhile, EEXIST, which supersedes it) and leave it pending.
-                if link(aside, path(of: entry)) != 0 && errno != EEXIST {
-                    let failure = FileError.last("restore", path(of: entry))
-                    _ = rename(aside, path(of: entry))
-                    throw failure
-                }
-                _ = unlink(aside)
+            guard let aside = try setAside(entry, identity: identity, .rejecting,
+                                           failure: ("move to rejected", target)) else {
                 _ = unlink(target + ".reason")
                 continue
             }
-            guard rename(aside, target) == 0 else {
+            if aside.replaced {
+                // The newer content was never sent: it stays pending, and the refusal was not its.
+                try putBack(aside.path, as: path(of: entry))
+                _ = unlink(target + ".reason")
+                continue
+            }
+            guard rename(aside.path, target) == 0 else {
                 let failure = FileError.last("move to rejected", target)
-                _ = rename(aside, path(of: entry))
+                _ = rename(aside.path, path(of: entry))
                 throw failure
             }
         }
