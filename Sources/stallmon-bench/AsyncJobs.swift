@@ -1,8 +1,7 @@
-import CStallmonLoopShims
 import ArgumentParser
-import Foundation
-import CStallmonCapture
 import CStallmonConcurrency
+import CStallmonLoopShims
+import Foundation
 import Stallmon
 
 /// 8. Swift Concurrency: what `ConcurrencyStallMonitor` costs per job (the global executor's hooks, queues and the

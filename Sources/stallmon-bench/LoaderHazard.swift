@@ -1,6 +1,6 @@
-import CStallmonLoopShims
 import ArgumentParser
 import CStallmonCapture
+import CStallmonLoopShims
 import Foundation
 import Stallmon
 import Synchronization

@@ -1,11 +1,11 @@
-import CStallmonLoopShims
 import ArgumentParser
 import CStallmonCapture
+import CStallmonLoopShims
 import Foundation
 import Logging
 import Stallmon
-import StallmonReport
 import StallmonLoop
+import StallmonReport
 import Synchronization
 
 /// `stallmon-bench`: the figures of README "Performance", measured side by side with the peers, printed as a table

@@ -6,7 +6,6 @@
 // Each line it prints on stdout is `measured NAME MILLISECONDS TID` (what a stalling job measured around its own
 // stall) or `error MESSAGE`. Exit status: 0 done, 3 the monitor could not be created (message on stderr).
 import CStallmonLoopShims
-import CStallmonCapture
 import Foundation
 import Glibc
 import NIOCore

@@ -1,5 +1,5 @@
-import CStallmonLoopShims
 import CStallmonCapture
+import CStallmonLoopShims
 import Foundation
 @testable import Stallmon
 import StallmonLoop

@@ -1,6 +1,5 @@
-import CStallmonLoopShims
-import CStallmonCapture
 import CStallmonConcurrency
+import CStallmonLoopShims
 import Logging
 import Metrics
 import StallmonLoop

@@ -1,6 +1,6 @@
-import CStallmonLoopShims
 import CStallmonCapture
 import CStallmonConcurrency
+import CStallmonLoopShims
 import Foundation
 import StallmonLoop
 import StallmonReport

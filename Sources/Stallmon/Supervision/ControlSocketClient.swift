@@ -1,6 +1,7 @@
-import CStallmonLoopShims
 import CStallmonCapture
+import CStallmonLoopShims
 import Foundation
+import StallmonLoop
 
 #if canImport(Glibc)
 import Glibc
@@ -40,14 +41,14 @@ public enum ControlSocketClient {
     }
 
     /// A stream connection to `path` (the caller closes it), or why there is none, within `timeout`: an `AF_UNIX`
-    /// connect to a listener whose backlog is full blocks until it accepts, so it is made non-blocking and waited
-    /// for with `poll` (`EAGAIN` once `timeout` passes). The descriptor is blocking again when returned.
+    /// connect to a listener whose backlog is full blocks until it accepts, so it is made non-blocking and tried
+    /// again every 10 ms (`EAGAIN` once `timeout` passes). The descriptor is blocking again when returned.
     private static func connect(to path: String, timeout: Duration) -> Result<Int32, ConnectFailure> {
         guard let address = UnixSocketAddress(path) else { return .failure(.tooLong) }
         let flags = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
         let descriptor = socket(AF_UNIX, flags, 0)
         guard descriptor >= 0 else { return .failure(.system(errno)) }
-        let deadline = cstallmon_monotonic_ns() + UInt64(max(0, timeout.nanosecondsClamped))
+        let deadline = MonotonicInstant.now().advanced(by: timeout).nanoseconds
         while address.withSockaddr({ Glibc.connect(descriptor, $0, $1) }) != 0 {
             var error = errno
             if error == EINTR { continue }
@@ -73,7 +74,7 @@ public enum ControlSocketClient {
     /// Asks the service listening at `path` for a snapshot; waits up to `timeout` for the reply.
     public static func requestSnapshot(at path: String, timeout: Duration = .seconds(15)) -> Outcome {
         let descriptor: Int32
-        let deadline = cstallmon_monotonic_ns() + UInt64(max(0, timeout.nanosecondsClamped))
+        let deadline = MonotonicInstant.now().advanced(by: timeout).nanoseconds
         switch connect(to: path, timeout: min(timeout, .seconds(5))) {
         case .success(let connected):
             descriptor = connected

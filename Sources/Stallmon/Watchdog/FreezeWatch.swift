@@ -1,5 +1,4 @@
 import CStallmonLoopShims
-import CStallmonCapture
 
 /// Tells a whole-process freeze (SIGSTOP, a VM or container pause) from the watchdog thread's own passes: a wake-up
 /// much later than asked for without waiting for a CPU, or a pass that took that long while waiting neither for a

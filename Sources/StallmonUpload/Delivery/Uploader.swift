@@ -448,7 +448,9 @@ public final class Uploader: Sendable {
             "dropped": "\(drop.count)", "oldest": "\(drop.first!.name)",
             "limits": "\(limits.maxReports) reports, \(limits.maxBytes) bytes",
         ])
-        return pending.filter { !drop.contains($0) }  // not always a prefix: a too-old entry goes wherever it is
+        // Not always a prefix: a too-old entry goes wherever it stands.
+        let dropped = Set(drop.map(\.name))
+        return pending.filter { !dropped.contains($0.name) }
     }
 
     private func wait(until deadline: UInt64) {

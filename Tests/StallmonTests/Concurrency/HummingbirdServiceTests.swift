@@ -1,5 +1,4 @@
 import CStallmonLoopShims
-import CStallmonCapture
 import Foundation
 import StallmonReport
 import StallmonTestSupport

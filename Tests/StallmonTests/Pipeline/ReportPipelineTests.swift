@@ -1,5 +1,4 @@
 import CStallmonLoopShims
-import CStallmonCapture
 import Foundation
 @testable import Stallmon
 import StallmonLoop
