@@ -36,6 +36,12 @@ struct RawSample: Sendable {
     var wait: WaitTarget? = nil
     /// The holder of the lock it waited for, as the same moment saw it.
     var holder: HolderSample? = nil
+
+    /// A sample that has no stack because of `status` (no slot, the thread could not be signalled), taken now.
+    static func failed(_ status: CaptureStatus, labelID: UInt32) -> RawSample {
+        RawSample(capturedAt: cstallmon_monotonic_ns(), status: status, frames: [], truncated: false,
+                  pauseNanoseconds: 0, labelID: labelID)
+    }
 }
 
 /// The watchdog's handle on one capture slot. Not thread-safe: one watchdog owns it.

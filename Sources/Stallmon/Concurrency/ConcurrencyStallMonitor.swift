@@ -40,7 +40,7 @@ public final class ConcurrencyStallMonitor: Sendable {
     public let configuration: StallMonitorConfiguration
     /// Where written reports go next (StallmonUpload's `UploadSink`, or your own).
     public let sinks: [any StallReportSink]
-    private let watch: LoopWatch
+    private let core: MonitorCore
     private let owner = Atomic<Bool>(true)
     /// Whether the main actor's jobs are timed (see `init`'s `mainActor`).
     public let mainActorTimed: Bool
@@ -67,19 +67,17 @@ public final class ConcurrencyStallMonitor: Sendable {
                 """)
         }
         do throws(StallMonitorError) {
-            try LoopWatch.check(configuration, sinks: sinks)
+            try MonitorCore.check(configuration, sinks: sinks)
             let signalNumber: Int32
             do {
                 signalNumber = try configuration.signal.resolve()
             } catch {
                 throw StallMonitorError(description: error.description)
             }
-            // The watch first: it takes the sampling signal (or says who has it) before the hooks are set to it.
-            let created = try LoopWatch(name: name, configuration: configuration, logger: logger, sinks: sinks,
-                                        makeWatchdog: { client, writer in
-                                            GlobalExecutorWatchdog(poolName: name, mainActorName: mainActorName,
-                                                                   client: client, writer: writer)
-                                        })
+            // The core first: it takes the sampling signal (or says who has it) before the hooks are set to it.
+            let created = try MonitorCore(name: name, configuration: configuration, logger: logger, sinks: sinks) {
+                PoolWorkerSource(poolName: name, mainActorName: mainActorName, collaborators: $0)
+            }
             do throws(StallMonitorError) {
                 cstallmon_concurrency_set_statistics(configuration.poolStatistics ? 1 : 0)
                 try Self.installHooks(signal: signalNumber, threshold: configuration.threshold)
@@ -87,7 +85,7 @@ public final class ConcurrencyStallMonitor: Sendable {
                 created.stop()
                 throw error
             }
-            watch = created
+            core = created
         } catch {
             Self.live.store(false, ordering: .releasing)
             throw error
@@ -152,7 +150,7 @@ public final class ConcurrencyStallMonitor: Sendable {
     /// Starts watching: creates the report directory (0700) if missing, starts the watchdog and writer threads.
     /// Calling it again does nothing; a stopped monitor cannot be restarted (create a new one).
     public func start() {
-        watch.start()
+        core.start()
     }
 
     /// Stops watching: joins the watchdog (a stall in progress is written as ongoing), waits until the pool's
@@ -160,7 +158,7 @@ public final class ConcurrencyStallMonitor: Sendable {
     /// same queues. Idempotent. Blocks: from async code, call it off the cooperative pool (`StallMonitorService`
     /// does).
     public func stop() {
-        watch.stop()
+        core.stop()
         if owner.exchange(false, ordering: .acquiringAndReleasing) {
             Self.live.store(false, ordering: .releasing)
         }
@@ -169,7 +167,7 @@ public final class ConcurrencyStallMonitor: Sendable {
     /// Counters since the monitor was created (stalls, reports, samples, …). `loop` is empty: a pool has no
     /// iterations of its own.
     public var statistics: StallMonitorStatistics {
-        watch.statistics
+        core.counters.snapshot(longIterations: 0)
     }
 
     /// Jobs run through the hooks so far, by every worker (whether or not a monitor was running then).

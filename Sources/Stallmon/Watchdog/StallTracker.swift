@@ -43,12 +43,35 @@ final class StallTracker {
         var at: UInt64
     }
 
+    /// What a tracker works with besides the thread it watches, handed to it by the monitor that owns it.
+    struct Collaborators {
+        var client: ReportClient
+        var writer: ReportWriter
+        /// The process's stalls in progress, which systemd's watchdog pings go by.
+        var hangs: HangRegistry
+        /// Whether systemd's watchdog is fed in this process (`SystemdNotifier`): then a stall past
+        /// `systemd_hang_after_ms` is marked hung.
+        var systemdIsFed: () -> Bool
+        var stallCounter: Counter
+        var stallDuration: Metrics.Timer
+
+        /// The process's own registry and notifier, and the monitor's metrics under `name`.
+        static func process(client: ReportClient, writer: ReportWriter, name: String) -> Collaborators {
+            Collaborators(client: client, writer: writer, hangs: .shared,
+                          systemdIsFed: { SystemdNotifier.shared.isFeeding },
+                          stallCounter: Counter(label: "stallmon_stalls_total", dimensions: [("loop", name)]),
+                          stallDuration: Metrics.Timer(label: "stallmon_stall_duration", dimensions: [("loop", name)]))
+        }
+    }
+
     let loopName: String
     private let client: ReportClient
     private let writer: ReportWriter
     private let annotations: IterationAnnotations?
     private let stallCounter: Counter
     private let stallDuration: Metrics.Timer
+    private let hangs: HangRegistry
+    private let systemdIsFed: () -> Bool
     private var detector: StallDetector
     private var current: Current?
     private var baseline: Baseline?
@@ -56,20 +79,16 @@ final class StallTracker {
     private let holders: HolderSampler
     private var warnedAboutBlockedSignal = false
     private var warnedAboutReplacedHandler = false
-    /// Whether systemd's watchdog is fed in this process (`SystemdNotifier`): then a stall past
-    /// `systemd_hang_after_ms` is marked hung. Injected so that tests need no notifier thread.
-    private let systemdIsFed: () -> Bool
 
-    init(loopName: String, client: ReportClient, writer: ReportWriter, annotations: IterationAnnotations?,
-         stallCounter: Counter, stallDuration: Metrics.Timer,
-         systemdIsFed: @escaping () -> Bool = { SystemdNotifier.shared.isFeeding }) {
+    init(loopName: String, annotations: IterationAnnotations?, collaborators: Collaborators) {
         self.loopName = loopName
-        self.systemdIsFed = systemdIsFed
-        self.client = client
-        self.writer = writer
+        client = collaborators.client
+        writer = collaborators.writer
+        hangs = collaborators.hangs
+        systemdIsFed = collaborators.systemdIsFed
+        stallCounter = collaborators.stallCounter
+        stallDuration = collaborators.stallDuration
         self.annotations = annotations
-        self.stallCounter = stallCounter
-        self.stallDuration = stallDuration
         let configuration = client.configuration
         detector = StallDetector(configuration: Self.detectorConfiguration(configuration))
         // A holder's capture waits at most 20 ms: the thread's own sample comes after it, and must not be held up by
@@ -140,7 +159,7 @@ final class StallTracker {
                 }
                 current = Current(snapshot: snapshot, lastSeenBusy: now,
                                   baseline: baseline?.iteration == iteration ? baseline : nil)
-                HangRegistry.shared.began(id: snapshot.id, loop: loopName, since: since)
+                hangs.began(id: snapshot.id, loop: loopName, since: since)
                 writer.submit(.begin(snapshot), from: client)
             case .sample:
                 if let capture = target.capture, current != nil {
@@ -175,7 +194,7 @@ final class StallTracker {
                 }
                 stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
                 writer.submit(.finish(snapshot), from: client)
-                HangRegistry.shared.ended(id: snapshot.id)
+                hangs.ended(id: snapshot.id)
                 current = nil
                 holders.endStall()
             }
@@ -210,7 +229,7 @@ final class StallTracker {
                 writeHang(action: "watchdog", limit: configuration.systemdHangAfter, now: now, freezes: freezes,
                           target: target)
                 waitedForTheWriter = true
-                HangRegistry.shared.markHung(id: stall.snapshot.id)
+                hangs.markHung(id: stall.snapshot.id)
                 current?.hungForSystemd = true
                 client.logger.critical("stallmon: a loop hung; systemd's watchdog is no longer fed",
                                        metadata: ["loop": "\(loopName)", "stalledMs": "\(stalledFor / 1_000_000)"])
@@ -253,7 +272,7 @@ final class StallTracker {
     /// The watchdog stops mid-stall: the evidence is left as an ongoing report, made as an interim one is.
     func stopMidStall(now: UInt64, tid: Int32, freezes: FreezeTracker) {
         guard let snapshot = ongoingSnapshot(now: now, freezes: freezes, tid: tid) else { return }
-        HangRegistry.shared.ended(id: snapshot.id)
+        hangs.ended(id: snapshot.id)
         writer.submit(.interim(snapshot), from: client)
         current = nil
         holders.endStall()

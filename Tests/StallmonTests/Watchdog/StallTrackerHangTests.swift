@@ -25,10 +25,11 @@ struct StallTrackerHangTests {
         let client = ReportClient(configuration: configuration, logger: logger, counters: MonitorCounters(),
                                   loopName: "hung", sinks: [])
         let writer = ReportWriter(directory: directory)
-        let tracker = StallTracker(loopName: "hung", client: client, writer: writer, annotations: nil,
-                                   stallCounter: Counter(label: "stallmon_test_stalls"),
-                                   stallDuration: Metrics.Timer(label: "stallmon_test_stall_duration"),
-                                   systemdIsFed: { true })
+        let collaborators = StallTracker.Collaborators(
+            client: client, writer: writer, hangs: HangRegistry(), systemdIsFed: { true },
+            stallCounter: Counter(label: "stallmon_test_stalls"),
+            stallDuration: Metrics.Timer(label: "stallmon_test_stall_duration"))
+        let tracker = StallTracker(loopName: "hung", annotations: nil, collaborators: collaborators)
         return (tracker, writer, client)
     }
 

@@ -18,16 +18,8 @@ import StallmonReport
 /// culprits held their worker throughout (blocked or computing) or whether the workers ran many jobs (busy).
 /// Owned by the pool's watchdog thread.
 final class StarvationWatch {
-    /// A worker as this pass read it.
-    struct WorkerView {
-        var index: Int32
-        var generation: UInt32
-        var tid: Int32
-        var probe: cstallmon_worker_reading
-    }
-
     private struct Culprit {
-        var worker: WorkerView
+        var worker: WorkerReading
         var job: StallReport.Job?
         var label: String?
         var since: UInt64
@@ -79,14 +71,14 @@ final class StarvationWatch {
 
     var isStarving: Bool { episode != nil }
 
-    /// One pass over the pool's workers (`describe` gives a worker's job as the report names it). Returns when the
-    /// watch wants the next pass.
-    func pass(now: UInt64, workers: [WorkerView], describe: (WorkerView) -> (StallReport.Job?, String?)) -> UInt64 {
+    /// One pass over the pool's workers as this pass read them. Returns when the watch wants the next pass.
+    func pass(now: UInt64, workers: [WorkerReading]) -> UInt64 {
         // The canary's queue is full when as many of its jobs run as it has room for (libdispatch gives each
         // priority's queue as many threads as CPUs; a worker of another priority, idle or busy, is no room for it and
         // no culprit of its starvation).
-        let busy = workers.filter { $0.probe.state == 1 && $0.probe.sequence & 1 == 1
-            && cstallmon_pool_class_of($0.probe.priority, $0.probe.main_actor) == Int32(CSTALLMON_POOL_MEDIUM.rawValue) }
+        let busy = workers.filter {
+            $0.isAlive && $0.isRunningJob && $0.poolClass == Int32(CSTALLMON_POOL_MEDIUM.rawValue)
+        }
         let saturated = busy.count >= capacity
         var sent: UInt64 = 0
         var started: UInt64 = 0
@@ -98,7 +90,7 @@ final class StarvationWatch {
             }
             guard saturated, canary == 1 else { return now + threshold / 2 }
             if now &- sent < threshold { return sent + threshold }
-            begin(now: now, canarySent: sent, busy: busy, describe: describe)
+            begin(now: now, canarySent: sent, busy: busy)
             return now + sampleInterval
         }
         // Culprits whose job ended (the worker moved on, or its thread exited) keep what they had.
@@ -106,10 +98,7 @@ final class StarvationWatch {
         for position in current.culprits.indices where current.culprits[position].endedAt == nil
             && current.canaryStarted == nil {
             let culprit = current.culprits[position]
-            if let seen = byIndex[culprit.worker.index], seen.generation == culprit.worker.generation,
-               seen.probe.sequence == culprit.worker.probe.sequence {
-                continue
-            }
+            if let seen = byIndex[culprit.worker.index], seen.isSameJob(as: culprit.worker) { continue }
             current.culprits[position].endedAt = now
         }
         if canary == 0 || current.canaryStarted != nil {
@@ -138,12 +127,10 @@ final class StarvationWatch {
         finish(now: now, canaryStarted: nil)
     }
 
-    private func begin(now: UInt64, canarySent: UInt64, busy: [WorkerView],
-                       describe: (WorkerView) -> (StallReport.Job?, String?)) {
+    private func begin(now: UInt64, canarySent: UInt64, busy: [WorkerReading]) {
         var culprits: [Culprit] = busy.map { worker in
-            let (job, label) = describe(worker)
-            return Culprit(worker: worker, job: job, label: label, since: worker.probe.job_since,
-                           baseline: ThreadStats.read(tid: worker.tid), baselineAt: now)
+            Culprit(worker: worker, job: worker.job, label: worker.label, since: worker.jobSince,
+                    baseline: ThreadStats.read(tid: worker.tid), baselineAt: now)
         }
         culprits.sort { $0.since < $1.since }
         descriptors = DescriptorResolver()
@@ -233,22 +220,16 @@ final class StarvationWatch {
 
     /// One sample of a culprit: what it is blocked in (before the signal), then its stack, pinned so its thread
     /// cannot exit meanwhile.
-    private func sample(_ worker: WorkerView) -> RawSample {
+    private func sample(_ worker: WorkerReading) -> RawSample {
         let (state, _, wait) = WaitTarget.current(of: worker.tid, descriptors: &descriptors)
         var result: RawSample
         if cstallmon_worker_pin(worker.index, worker.generation) == 1 {
             defer { cstallmon_worker_unpin(worker.index) }
             var capturer = lender.borrow(for: worker.tid)
-            if let borrowed = capturer {
-                result = borrowed.capture(labelID: 0)
-                lender.giveBack(&capturer)
-            } else {
-                result = RawSample(capturedAt: cstallmon_monotonic_ns(), status: .notReady, frames: [],
-                                   truncated: false, pauseNanoseconds: 0, labelID: 0)
-            }
+            result = capturer?.capture(labelID: 0) ?? .failed(.notReady, labelID: 0)
+            lender.giveBack(&capturer)
         } else {
-            result = RawSample(capturedAt: cstallmon_monotonic_ns(), status: .signalFailed, frames: [],
-                               truncated: false, pauseNanoseconds: 0, labelID: 0)
+            result = .failed(.signalFailed, labelID: 0)
         }
         result.threadState = state
         result.wait = wait

@@ -3,9 +3,9 @@ import Metrics
 import StallmonLoop
 
 /// The every-job figures of Swift Concurrency's pool, exported as `LoopStatsReporter` exports a loop's: swift-metrics
-/// every 10 s and a `pool.stats` event-log line every `loop_stats_interval_s`, each over its own window, per pool
-/// class (the global executor's priority bands and the main actor). Named so a tokio-metrics user finds their way:
-/// job run time is tokio's poll duration, queue delay its scheduled duration, a slow job its slow poll, a long
+/// every 10 s and a `pool.stats` event-log line every `loop_stats_interval_s`, each over its own window
+/// (`StatisticsWindows`), per pool class (the global executor's priority bands and the main actor). Named so a
+/// tokio-metrics user finds their way: job run time is tokio's poll duration, queue delay its scheduled duration, a slow job its slow poll, a long
 /// delay its long delay, and the busy ratio its `busy_ratio`. Pure over injected readings; the watchdog calls `step`.
 struct PoolStatsReporter {
     /// A pool class: where its jobs run and at which priority band.
@@ -93,72 +93,43 @@ struct PoolStatsReporter {
         }
     }
 
-    static let metricsInterval: UInt64 = 10_000_000_000
     /// The `le` bounds of the exported histograms, in seconds (Prometheus's cumulative buckets).
     static let bucketBounds: [Double] = [0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
-    private let lineInterval: UInt64
     private let factory: any MetricsFactory
-    private var lineStart: [PoolClass: (at: UInt64, reading: Reading)] = [:]
-    private var metricsStart: [PoolClass: (at: UInt64, reading: Reading)] = [:]
-    private var lineOpened: UInt64?
-    private var metricsOpened: UInt64?
+    private var windows: StatisticsWindows<PoolClass, Reading>
     private var metrics: [PoolClass: ClassMetrics] = [:]
     private var workerGauges: [String: Gauge] = [:]
 
     init(lineInterval: Duration, factory: any MetricsFactory = MetricsSystem.factory) {
-        self.lineInterval = UInt64(max(0, lineInterval.nanosecondsClamped))
+        windows = StatisticsWindows(lineInterval: lineInterval, emptyReading: Reading())
         self.factory = factory
     }
 
     /// When `step` is next due (monotonic ns), nil before the first step.
-    var nextDue: UInt64? {
-        guard let metricsOpened else { return nil }
-        let metrics = metricsOpened &+ Self.metricsInterval
-        guard lineInterval > 0, let lineOpened else { return metrics }
-        return min(metrics, lineOpened &+ lineInterval)
-    }
+    var nextDue: UInt64? { windows.nextDue }
 
     /// Updates the metrics and returns the windows of the `pool.stats` lines when their windows are over (only
     /// classes that ran or held a job in it); the first call only opens the windows. `workers`: alive per pool
     /// (the main actor has none of its own).
     mutating func step(now: UInt64, readings: [PoolClass: Reading], workers: [String: Int]) -> [Window] {
-        guard let metricsOpened, let lineOpened else {
-            metricsOpened = now
-            lineOpened = now
-            for (poolClass, reading) in readings {
-                metricsStart[poolClass] = (now, reading)
-                lineStart[poolClass] = (now, reading)
-            }
-            return []
+        let step = windows.step(now: now, readings: readings)
+        for closed in step.metrics {
+            let window = Window(closed.key, from: closed.start, to: closed.end, workers: workers[closed.key.pool])
+            if window.jobs > 0 || window.busyNanoseconds > 0 || metrics[closed.key] != nil { record(window) }
         }
-        if now >= metricsOpened &+ Self.metricsInterval {
-            for (poolClass, reading) in readings {
-                let start = metricsStart[poolClass] ?? (metricsOpened, Reading())
-                let window = Window(poolClass, from: start, to: (now, reading), workers: workers[poolClass.pool])
-                if window.jobs > 0 || window.busyNanoseconds > 0 || metrics[poolClass] != nil {
-                    record(window)
-                }
-                metricsStart[poolClass] = (now, reading)
-            }
+        if step.metricsClosed {
             for (pool, count) in workers {
                 let gauge = workerGauges[pool] ?? Gauge(label: "stallmon_pool_workers", dimensions: [("pool", pool)],
                                                         factory: factory)
                 workerGauges[pool] = gauge
                 gauge.record(count)
             }
-            self.metricsOpened = now
         }
-        guard lineInterval > 0, now >= lineOpened &+ lineInterval else { return [] }
-        var lines: [Window] = []
-        for (poolClass, reading) in readings {
-            let start = lineStart[poolClass] ?? (lineOpened, Reading())
-            let window = Window(poolClass, from: start, to: (now, reading), workers: workers[poolClass.pool])
-            if window.jobs > 0 || window.busyNanoseconds > 0 { lines.append(window) }
-            lineStart[poolClass] = (now, reading)
-        }
-        self.lineOpened = now
-        return lines.sorted { ($0.poolClass.pool, $0.poolClass.priority) < ($1.poolClass.pool, $1.poolClass.priority) }
+        return step.lines
+            .map { Window($0.key, from: $0.start, to: $0.end, workers: workers[$0.key.pool]) }
+            .filter { $0.jobs > 0 || $0.busyNanoseconds > 0 }
+            .sorted { ($0.poolClass.pool, $0.poolClass.priority) < ($1.poolClass.pool, $1.poolClass.priority) }
     }
 
     private mutating func record(_ window: Window) {

@@ -1,0 +1,136 @@
+import CStallmonCapture
+import CStallmonLoopShims
+import Logging
+import StallmonReport
+import Synchronization
+
+/// What every monitor is, whatever it watches: the sampling signal it holds, its place in the shared
+/// `ReportPipeline` of its report directory, its watchdog thread over one `ProbeSource`, its counters, and its life
+/// (start once, stop once, systemd's watchdog fed in between). A loop's monitor (`LoopWatch`) gives it a loop
+/// thread's source; the global executor's (`ConcurrencyStallMonitor`) the pool workers' source.
+package final class MonitorCore: Sendable {
+    let name: String
+    let configuration: StallMonitorConfiguration
+    let counters = MonitorCounters()
+    private let client: ReportClient
+    private let pipeline: ReportPipeline
+    private let watchdog: Watchdog
+    private let state = Mutex<(started: Bool, stopped: Bool)>((false, false))
+    private let signalHeld = Atomic<Bool>(true)
+    /// This monitor feeds systemd's watchdog (`SystemdNotifier`) between start and stop.
+    private let feedsSystemd = Atomic<Bool>(false)
+
+    /// Validates `configuration`, takes the sampling signal, joins the pipeline of its report directory and makes
+    /// the watchdog over the source `makeSource` builds. `phaseOfReport` names the phase of a finished report (nil:
+    /// reports have none).
+    init(name: String, configuration: StallMonitorConfiguration, logger: Logger, sinks: [any StallReportSink],
+         phaseOfReport: (@Sendable (StallReport) -> String?)? = nil,
+         makeSource: (StallTracker.Collaborators) -> any ProbeSource) throws(StallMonitorError) {
+        try Self.check(configuration, sinks: sinks)
+        let signalNumber: Int32
+        do {
+            signalNumber = try configuration.signal.resolve()
+        } catch {
+            throw StallMonitorError(description: error.description)
+        }
+        var message = [CChar](repeating: 0, count: 512)
+        guard cstallmon_install(signalNumber, &message, message.count) == 0 else {
+            let text = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            throw StallMonitorError(description: "cannot take the sampling signal: \(text)")
+        }
+        self.name = name
+        self.configuration = configuration
+        client = ReportClient(configuration: configuration, logger: logger, counters: counters, loopName: name,
+                              sinks: sinks, phaseOfReport: phaseOfReport)
+        do {
+            pipeline = try ReportPipeline.join(client)
+        } catch {
+            cstallmon_release()
+            throw StallMonitorError(
+                description: "cannot create the monitor's wake-up eventfd (report writer): \(error)")
+        }
+        let source = makeSource(.process(client: client, writer: pipeline.writer, name: name))
+        watchdog = Watchdog(source: source, name: name, client: client, writer: pipeline.writer)
+        if let failure = watchdog.setupError {
+            pipeline.leave(client, sinksStarted: false, sinkDeadline: .zero)
+            cstallmon_release()
+            signalHeld.store(false, ordering: .relaxed)
+            throw StallMonitorError(description: "cannot create the monitor's wake-up eventfd: \(failure)")
+        }
+    }
+
+    deinit {
+        stop()
+    }
+
+    /// Throws when `configuration` is invalid or asks for spooling or upload that none of `sinks` carries out.
+    /// `init` runs it first; a monitor of several loops runs it once before setting any loop up.
+    static func check(_ configuration: StallMonitorConfiguration,
+                      sinks: [any StallReportSink]) throws(StallMonitorError) {
+        do {
+            try configuration.validate()
+        } catch {
+            throw StallMonitorError(description: error.description)
+        }
+        // An existing directory another user could steer is refused now, before anything starts; one created later
+        // is checked again before every write.
+        do {
+            try DirectoryTrust.verifyIfPresent(configuration.reportDirectory)
+            try DirectoryTrust.verifyIfPresent(AtomicFile.parentDirectory(of: configuration.resolvedEventLogPath))
+        } catch {
+            throw StallMonitorError(description: "stallmon: \(error)")
+        }
+        if configuration.upload.spoolEnabled && !sinks.contains(where: \.handlesUploadConfiguration) {
+            throw StallMonitorError(description: "the configuration asks for "
+                + (configuration.upload.endpoint != nil ? "upload (upload_endpoint)" : "spooling (spool = on)")
+                + " but no sink carries it out: link the StallmonUpload product and pass "
+                + "`sinks: [try UploadSink(configuration: configuration, logger: logger)]`")
+        }
+    }
+
+    /// Starts the sinks not yet started, the control socket and the watchdog thread; `beforeWatching` runs first
+    /// (a loop's probe starts counting). Returns false when it was already started or stopped. Logs (once) when
+    /// the watchdog thread cannot be created.
+    @discardableResult
+    func start(beforeWatching: () -> Void = {}) -> Bool {
+        let shouldStart = state.withLock { state in
+            guard !state.started, !state.stopped else { return false }
+            state.started = true
+            return true
+        }
+        guard shouldStart else { return false }
+        // The directory exists from the start, so `stallmon report DIR` says "No stalls recorded" for a service that
+        // never stalled rather than "no such directory". A failure is not logged here: every write retries it, and
+        // the writer logs it once, with the reports it drops.
+        try? AtomicFile.createDirectory(configuration.reportDirectory)
+        beforeWatching()
+        pipeline.startSinks(of: client)
+        pipeline.startControlSocket(for: client)
+        feedsSystemd.store(SystemdNotifier.shared.retain(configuration, logger: client.logger), ordering: .relaxed)
+        if !watchdog.start() {
+            client.logger.error("stallmon: cannot start the watchdog thread; stalls will not be detected",
+                                metadata: ["loop": "\(name)"])
+        }
+        return true
+    }
+
+    /// Joins the watchdog (a stall in progress is written as ongoing), waits until the pipeline wrote this monitor's
+    /// reports, stops the sinks no other monitor uses (up to 2 s each; the writer is waited for at most 5 s), runs
+    /// `releaseThreads` (the capture slots its source still owns) and gives the sampling signal back. Idempotent.
+    func stop(releaseThreads: () -> Void = {}) {
+        let started: Bool? = state.withLock { state in
+            guard !state.stopped else { return nil }
+            state.stopped = true
+            return state.started
+        }
+        guard let started else { return }
+        watchdog.stop()
+        if feedsSystemd.exchange(false, ordering: .relaxed) { SystemdNotifier.shared.release() }
+        pipeline.leave(client, sinksStarted: started, sinkDeadline: .seconds(2))
+        releaseThreads()
+        if signalHeld.exchange(false, ordering: .relaxed) { cstallmon_release() }
+    }
+
+    /// True once `stop()` began.
+    var isStopped: Bool { state.withLock { $0.stopped } }
+}

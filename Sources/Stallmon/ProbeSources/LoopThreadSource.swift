@@ -1,0 +1,102 @@
+import CStallmonCapture
+import CStallmonLoopShims
+import Logging
+import Metrics
+import StallmonLoop
+import StallmonReport
+
+/// The probe source of one loop thread (a `Looper`, a SwiftNIO event loop): the `LoopProbe` the loop stores its busy
+/// intervals into, and the capture slot the loop thread bound itself to (`ThreadBinding`), read by the watchdog;
+/// one `StallTracker` decides, samples and reports.
+final class LoopThreadSource: ProbeSource {
+    private let probe: LoopProbe
+    private let binding: ThreadBinding
+    private let loopName: String
+    /// The label of what the loop runs now (a `Looper`'s timer, source or block); 0 when the loop has none.
+    private let currentLabel: @Sendable () -> UInt32
+    /// The run-loop mode the loop runs in now (a `Looper`'s), nil for loops without modes.
+    private let currentMode: @Sendable () -> String?
+    private let configuration: StallMonitorConfiguration
+    private let writer: ReportWriter
+    private let client: ReportClient
+    private let tracker: StallTracker
+    private var loopStats: LoopStatsReporter
+    private var capturer: StackCapturer?
+    private var boundThread: Int32 = 0
+    let threadName = "stallmon-watch"
+
+    init(probe: LoopProbe, binding: ThreadBinding, loopName: String, currentLabel: @escaping @Sendable () -> UInt32,
+         currentMode: @escaping @Sendable () -> String?, annotations: IterationAnnotations,
+         collaborators: StallTracker.Collaborators) {
+        self.probe = probe
+        self.binding = binding
+        self.loopName = loopName
+        self.currentLabel = currentLabel
+        self.currentMode = currentMode
+        client = collaborators.client
+        writer = collaborators.writer
+        configuration = client.configuration
+        tracker = StallTracker(loopName: loopName, annotations: annotations, collaborators: collaborators)
+        loopStats = LoopStatsReporter(loopName: loopName, lineInterval: configuration.loopStatsInterval)
+    }
+
+    /// What the loop does now and its stack (also when idle: the loop thread retries the interrupted epoll_wait,
+    /// as any signal makes it). The capture waits up to capture_timeout_ms when the loop thread blocks the signal.
+    func snapshotParts() -> (parts: [SnapshotCoordinator.Part], waitedOnItsOwnWork: Bool) {
+        var part = SnapshotCoordinator.Part(name: loopName, kind: "loop", tid: boundThread == 0 ? nil : boundThread)
+        if case .busy(_, let since) = probe.read() { part.busySince = since }
+        part.labelID = currentLabel()
+        part.sample = capturer?.capture(labelID: part.labelID)
+        return ([part], part.sample != nil)
+    }
+
+    func pass(now: UInt64, freezes: FreezeTracker) -> ProbePass {
+        let idlePoll = StallTracker.detectorConfiguration(configuration).idlePoll
+        guard let bound = binding.load() else { return ProbePass(wakeAt: now + idlePoll, watchedNothing: true) }
+        if capturer?.slot != bound.slot {
+            capturer = StackCapturer(slot: bound.slot, maxFrames: configuration.maxFrames,
+                                     timeout: configuration.captureTimeout)
+            boundThread = bound.tid
+            reportThreadBinding(bound)
+        }
+        let probe = probe
+        let target = StallTracker.Target(
+            tid: boundThread, capture: capturer.map { capturer in { capturer.capture(labelID: $0) } },
+            longIterationRecord: { probe.longIterationRecord($0) }, currentLabel: currentLabel,
+            currentMode: currentMode)
+        let tracked = tracker.step(probe.read(), now: now, target: target, freezes: freezes)
+        return ProbePass(wakeAt: tracked.wakeAt, waitedOnItsOwnWork: tracked.waitedOnItsOwnWork)
+    }
+
+    var statisticsDue: UInt64? { loopStats.nextDue ?? 0 }
+
+    func exportStatistics(now: UInt64) {
+        if let line = loopStats.step(now: now, reading: probe.statistics(at: now)) {
+            writer.submit(.loopStats(line, threadID: boundThread), from: client)
+        }
+    }
+
+    /// Stopped mid-stall: the evidence is left as an ongoing report.
+    func stop(freezes: FreezeTracker) {
+        tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: boundThread, freezes: freezes)
+    }
+
+    private func reportThreadBinding(_ bound: ThreadBinding.Bound) {
+        let logger = client.logger
+        if bound.slot < 0 {
+            let inUse = cstallmon_slots_in_use()
+            logger.warning("""
+                stallmon: no capture slot for the loop thread (\(inUse) in use of \(CSTALLMON_MAX_SLOTS), or no \
+                memory for more): its stalls are reported without stacks
+                """,
+                           metadata: ["loop": "\(loopName)", "tid": "\(bound.tid)"])
+        } else if bound.warmUpStatus != .ok {
+            logger.warning("stallmon: warming up the capture on the loop thread failed; captures may time out",
+                           metadata: ["loop": "\(loopName)", "status": "\(bound.warmUpStatus.rawValue)"])
+        }
+        if cstallmon_thread_blocks_signal(bound.tid, cstallmon_installed_signal()) == 1 {
+            logger.warning("stallmon: the loop thread blocks the sampling signal; stacks will be missing",
+                           metadata: ["loop": "\(loopName)", "tid": "\(bound.tid)"])
+        }
+    }
+}

@@ -1,0 +1,264 @@
+import CStallmonConcurrency
+import CStallmonLoopShims
+import Logging
+import StallmonLoop
+import StallmonReport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The probe source of Swift Concurrency's global executor: every pass reads each worker's probe
+/// (`CStallmonConcurrency`), and a `StallTracker` per worker decides, samples and reports, exactly as for a loop
+/// thread; starvation of the pool is watched beside them (`StarvationWatch`). A worker's capture slot is borrowed
+/// when its stall begins and returned when it ends, and the worker is pinned while it is signalled, so its thread
+/// cannot finish exiting (and its id cannot be reused) meanwhile.
+final class PoolWorkerSource: ProbeSource {
+    /// One worker as this source knows it: a thread in a probe (a new thread in the same probe is a new worker).
+    private final class Worker {
+        let index: Int32
+        let generation: UInt32
+        let tid: Int32
+        let tracker: StallTracker
+        var capturer: StackCapturer?
+        /// The probe as it was read while the latest job ran: the attributes of the stall that job may become.
+        var jobReading: WorkerReading?
+
+        init(_ reading: WorkerReading, tracker: StallTracker) {
+            index = reading.index
+            generation = reading.generation
+            tid = reading.tid
+            self.tracker = tracker
+        }
+    }
+
+    private let poolName: String
+    /// The `loop` of a main-actor job's report: the main actor is no pool, though a pool's worker runs it.
+    private let mainActorName: String
+    private let collaborators: StallTracker.Collaborators
+    private let configuration: StallMonitorConfiguration
+    let threadName = "stallmon-pool"
+    private let poolClasses: [PoolStatsReporter.PoolClass]
+    private var workers: [Int32: Worker] = [:]
+    private let lender: SlotLender
+    private var poolStats: PoolStatsReporter
+    private let starvation: StarvationWatch
+    /// As of the latest pass: per pool class, how long its running jobs have run; the live workers.
+    private var inProgress: [UInt64] = []
+    private var workersAlive = 0
+
+    init(poolName: String, mainActorName: String, collaborators: StallTracker.Collaborators) {
+        self.poolName = poolName
+        self.mainActorName = mainActorName
+        self.collaborators = collaborators
+        configuration = collaborators.client.configuration
+        lender = SlotLender(maxFrames: configuration.maxFrames, timeout: configuration.captureTimeout,
+                            maxOwedSlots: 8)
+        poolClasses = Self.poolClasses(poolName: poolName, mainActorName: mainActorName)
+        // The pool's statistics count jobs from the monitor's creation on.
+        poolStats = PoolStatsReporter(lineInterval: configuration.loopStatsInterval)
+        _ = poolStats.step(now: cstallmon_monotonic_ns(), readings: Self.poolReadings(poolClasses, inProgress: nil),
+                           workers: [:])
+        starvation = StarvationWatch(poolName: poolName, client: collaborators.client, writer: collaborators.writer,
+                                     lender: lender)
+    }
+
+    func pass(now: UInt64, freezes: FreezeTracker) -> ProbePass {
+        var pass = ProbePass(wakeAt: now + StallTracker.detectorConfiguration(configuration).idlePoll)
+        inProgress = [UInt64](repeating: 0, count: poolClasses.count)
+        workersAlive = 0
+        var readings: [WorkerReading] = []
+        for index in Int32(0)..<Int32(CSTALLMON_MAX_WORKERS) {
+            let reading = WorkerReading.read(index: index)
+            if let known = workers[index], reading?.generation != known.generation {
+                retire(known, now: now, freezes: freezes, into: &pass)
+            }
+            guard let reading else { continue }
+            readings.append(reading)
+            if reading.isAlive { workersAlive += 1 }
+            if reading.isRunningJob, Int(reading.poolClass) < inProgress.count {
+                inProgress[Int(reading.poolClass)] += now &- min(now, reading.jobSince)
+            }
+            step(worker(for: reading), reading, now: now, freezes: freezes, into: &pass)
+        }
+        let wasStarving = starvation.isStarving
+        pass.wakeAt = min(pass.wakeAt, starvation.pass(now: now, workers: readings))
+        // Sampling culprits waits on captures, and a report on the writer.
+        pass.waitedOnItsOwnWork = pass.waitedOnItsOwnWork || wasStarving || starvation.isStarving
+        return pass
+    }
+
+    var statisticsDue: UInt64? { configuration.poolStatistics ? poolStats.nextDue ?? 0 : nil }
+
+    func exportStatistics(now: UInt64) {
+        let windows = poolStats.step(now: now, readings: Self.poolReadings(poolClasses, inProgress: inProgress),
+                                     workers: [poolName: workersAlive])
+        for window in windows { collaborators.writer.submit(.poolStats(window), from: collaborators.client) }
+    }
+
+    /// A snapshot on demand: each busy worker (its job, label and stack, through a borrowed slot, pinned while
+    /// signalled), then one line per pool. Idle workers are not signalled.
+    func snapshotParts() -> (parts: [SnapshotCoordinator.Part], waitedOnItsOwnWork: Bool) {
+        var parts: [SnapshotCoordinator.Part] = []
+        var busyByPool: [String: Int] = [:]
+        var oldestByPool: [String: UInt64] = [:]
+        var alive = 0
+        for index in Int32(0)..<Int32(CSTALLMON_MAX_WORKERS) {
+            guard let reading = WorkerReading.read(index: index) else { continue }
+            if reading.isAlive { alive += 1 }
+            guard reading.isRunningJob else { continue }
+            let name = reading.runsMainActor ? mainActorName : poolName
+            busyByPool[name, default: 0] += 1
+            oldestByPool[name] = min(oldestByPool[name] ?? .max, reading.jobSince)
+            var part = SnapshotCoordinator.Part(name: name, kind: "worker", tid: reading.tid,
+                                                busySince: reading.jobSince)
+            part.job = reading.job
+            part.labelText = reading.label
+            if cstallmon_worker_pin(reading.index, reading.generation) == 1 {
+                var capturer = lender.borrow(for: reading.tid)
+                part.sample = capturer?.capture(labelID: 0)
+                lender.giveBack(&capturer)
+                cstallmon_worker_unpin(reading.index)
+            }
+            parts.append(part)
+        }
+        for name in [poolName, mainActorName] where name == poolName || busyByPool[name] != nil {
+            let busy = busyByPool[name] ?? 0
+            var part = SnapshotCoordinator.Part(name: name, kind: "pool", tid: nil, busySince: oldestByPool[name])
+            part.note = name == poolName
+                ? "\(busy) of \(alive) workers busy with its jobs"
+                    + (busyByPool[mainActorName].map { ", \($0) with the main actor's" } ?? "")
+                : "\(busy) main-actor job running"
+            parts.append(part)
+        }
+        // Each busy worker's capture waits up to capture_timeout_ms.
+        return (parts, parts.contains { $0.sample != nil })
+    }
+
+    /// Stopping: a stall whose job ends within a short grace (stop() often comes right after the work that
+    /// stalled, while its worker is still finishing the job) is finished as usual; one still going on after it
+    /// is left as an ongoing report, as is a starvation.
+    func stop(freezes: FreezeTracker) {
+        let threshold = UInt64(configuration.threshold.nanosecondsClamped)
+        let grace = cstallmon_monotonic_ns() + min(UInt64(50_000_000), threshold)
+        var stalled = workers.values.filter(\.tracker.isStalled)
+        while !stalled.isEmpty {
+            let now = cstallmon_monotonic_ns()
+            for worker in stalled {
+                guard let reading = WorkerReading.read(index: worker.index), reading.generation == worker.generation,
+                      !reading.isRunningJob || !worker.tracker.isTracking(iteration: reading.jobNumber)
+                else { continue }
+                var ignored = ProbePass(wakeAt: now)
+                step(worker, reading, now: now, freezes: freezes, into: &ignored)
+            }
+            stalled.removeAll { !$0.tracker.isStalled }
+            if now >= grace { break }
+            usleep(1000)
+        }
+        starvation.stopMidStarvation(now: cstallmon_monotonic_ns())
+        for worker in workers.values {
+            worker.tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: worker.tid, freezes: freezes)
+            lender.giveBack(&worker.capturer)
+        }
+    }
+
+    // MARK: - Workers
+
+    /// The worker `reading` shows, known or new.
+    private func worker(for reading: WorkerReading) -> Worker {
+        if let known = workers[reading.index] { return known }
+        let tracker = StallTracker(loopName: poolName, annotations: nil, collaborators: collaborators)
+        let created = Worker(reading, tracker: tracker)
+        workers[reading.index] = created
+        return created
+    }
+
+    /// The worker's thread exited (its last job ended before it did): a stall in progress ends now.
+    private func retire(_ worker: Worker, now: UInt64, freezes: FreezeTracker, into pass: inout ProbePass) {
+        let retiring = WorkerReading(index: worker.index, raw: cstallmon_worker_reading())
+        step(worker, retiring, now: now, freezes: freezes, into: &pass, retired: true)
+        lender.giveBack(&worker.capturer)
+        workers[worker.index] = nil
+    }
+
+    private func step(_ worker: Worker, _ reading: WorkerReading, now: UInt64, freezes: FreezeTracker,
+                      into pass: inout ProbePass, retired: Bool = false) {
+        // The job's attributes, for the stall it may become: refreshed for every job but the one already stalled
+        // (a next job that crosses the threshold in the pass that ends the previous stall is its own).
+        if !retired, reading.isRunningJob, !worker.tracker.isTracking(iteration: reading.jobNumber) {
+            worker.jobReading = reading
+        }
+        let target = self.target(for: worker, retired: retired)
+        let result = worker.tracker.step(retired ? .idle(completedIterations: 0) : reading.loopReading, now: now,
+                                         target: target.target, freezes: freezes)
+        worker.capturer = target.lent()
+        pass.wakeAt = min(pass.wakeAt, result.wakeAt)
+        pass.waitedOnItsOwnWork = pass.waitedOnItsOwnWork || result.waitedOnItsOwnWork
+        if !worker.tracker.isStalled { lender.giveBack(&worker.capturer) }
+    }
+
+    /// What the worker's tracker needs for one step; `lent()` is the capturer the step borrowed (or kept).
+    private func target(for worker: Worker, retired: Bool)
+        -> (target: StallTracker.Target, lent: () -> StackCapturer?) {
+        let index = worker.index
+        let generation = worker.generation
+        let tid = worker.tid
+        let lender = lender
+        var lent = worker.capturer
+        let capture: (UInt32) -> RawSample = { label in
+            // Pinned while signalled: the thread cannot finish exiting, so `tid` is still this worker's.
+            guard cstallmon_worker_pin(index, generation) == 1 else { return .failed(.signalFailed, labelID: label) }
+            defer { cstallmon_worker_unpin(index) }
+            guard let capturer = lent ?? lender.borrow(for: tid) else { return .failed(.notReady, labelID: label) }
+            lent = capturer
+            return capturer.capture(labelID: label)
+        }
+        let jobReading = worker.jobReading
+        let poolName = poolName
+        let mainActorName = mainActorName
+        let target = StallTracker.Target(
+            tid: tid, capture: capture,
+            longIterationRecord: { iteration in
+                // A retired worker's probe may already be another thread's: its record is not this job's.
+                guard !retired else { return nil }
+                var begin: UInt64 = 0
+                var end: UInt64 = 0
+                guard cstallmon_worker_long_job(index, iteration, &begin, &end) == 1 else { return nil }
+                return (begin, end)
+            },
+            describe: { snapshot in  // at a stall's begin only
+                guard let reading = jobReading else { return }
+                snapshot.job = reading.job
+                snapshot.labelText = reading.label
+                snapshot.loopName = reading.runsMainActor ? mainActorName : poolName
+            },
+            isAlive: !retired)
+        return (target, { lent })
+    }
+
+    // MARK: - Statistics
+
+    /// The pool classes in `cstallmon_pool_class` order.
+    private static func poolClasses(poolName: String, mainActorName: String) -> [PoolStatsReporter.PoolClass] {
+        let cpus = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        var classes = [PoolStatsReporter.PoolClass](
+            repeating: .init(pool: poolName, priority: "", capacity: cpus), count: Int(CSTALLMON_POOL_CLASSES.rawValue))
+        classes[Int(CSTALLMON_POOL_HIGH.rawValue)].priority = "high"
+        classes[Int(CSTALLMON_POOL_MEDIUM.rawValue)].priority = "medium"
+        classes[Int(CSTALLMON_POOL_LOW.rawValue)].priority = "low"
+        classes[Int(CSTALLMON_POOL_BACKGROUND.rawValue)].priority = "background"
+        classes[Int(CSTALLMON_POOL_MAIN.rawValue)] = .init(pool: mainActorName, priority: "main", capacity: 1)
+        return classes
+    }
+
+    /// Every class's statistics now; `inProgress`: per class, how long its running jobs have run (nil: none).
+    private static func poolReadings(_ classes: [PoolStatsReporter.PoolClass], inProgress: [UInt64]?)
+        -> [PoolStatsReporter.PoolClass: PoolStatsReporter.Reading] {
+        var readings: [PoolStatsReporter.PoolClass: PoolStatsReporter.Reading] = [:]
+        for (index, poolClass) in classes.enumerated() {
+            var reading = PoolStatsReporter.Reading.current(poolClass: Int32(index))
+            reading.inProgressNanoseconds = inProgress?[index] ?? 0
+            readings[poolClass] = reading
+        }
+        return readings
+    }
+}
