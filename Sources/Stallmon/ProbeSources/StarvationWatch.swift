@@ -10,13 +10,14 @@ import StallmonReport
 /// held by two 80 ms jobs, with a request queued behind them, is starved at a 100 ms threshold as soon as the
 /// request has waited 100 ms), so per-job stall detection does not see it.
 ///
-/// How: while as many workers run medium-priority jobs as the machine has CPUs, it sends the canary (`cstallmon_concurrency_send_canary`,
-/// a tiny work item on the medium-priority queue). A canary that has not begun after the threshold means a new job
+/// How: while as many workers run medium-priority jobs as the machine has CPUs, it sends the canary
+/// (`cstallmon_concurrency_send_canary`, a tiny work item on the medium-priority queue). A canary that has not begun after the threshold means a new job
 /// cannot get a worker: the starvation begins, and every busy worker is a culprit: its job, a stack sample now and
 /// every sample interval while its job lasts, its scheduler figures. The starvation ends when the canary begins; the
 /// report then says how long the pool was saturated, how long the oldest job waited, how many waited, and which
 /// culprits held their worker throughout (blocked or computing) or whether the workers ran many jobs (busy).
-/// Owned by the pool's watchdog thread.
+/// When each of that happens is decided by `StarvationDecision`; this watch reads the pool, gathers the culprits
+/// and writes the reports. An add-on of the pool's probe source (`PoolWorkerSource`), owned by its watchdog thread.
 final class StarvationWatch {
     private struct Culprit {
         var worker: WorkerReading
@@ -38,11 +39,7 @@ final class StarvationWatch {
         var culprits: [Culprit]
         var totalsAtBegin: cstallmon_pool_totals
         var delayAtBegin: LoopBusyHistogram
-        var nextSampleAt: UInt64
         var workers: Int
-        /// When the canary began: the saturation is over; the report waits a moment for the jobs queued behind
-        /// the canary to begin, so their waits are counted.
-        var canaryStarted: UInt64?
     }
 
     private let poolName: String
@@ -54,6 +51,8 @@ final class StarvationWatch {
     private let maxSamples: Int
     /// Threads the canary's queue can have: the machine's CPUs.
     private let capacity: Int
+    private var decision: StarvationDecision
+    /// The starvation in progress, as its report will tell it.
     private var episode: Episode?
     private var descriptors = DescriptorResolver()
 
@@ -67,9 +66,10 @@ final class StarvationWatch {
         sampleInterval = UInt64(configuration.sampleInterval.nanosecondsClamped)
         maxSamples = max(1, min(configuration.maxSamples, 50))
         capacity = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        decision = StarvationDecision(threshold: threshold, sampleInterval: sampleInterval)
     }
 
-    var isStarving: Bool { episode != nil }
+    var isStarving: Bool { decision.isStarving }
 
     /// One pass over the pool's workers as this pass read them. Returns when the watch wants the next pass.
     func pass(now: UInt64, workers: [WorkerReading]) -> UInt64 {
@@ -79,51 +79,53 @@ final class StarvationWatch {
         let busy = workers.filter {
             $0.isAlive && $0.isRunningJob && $0.poolClass == Int32(CSTALLMON_POOL_MEDIUM.rawValue)
         }
-        let saturated = busy.count >= capacity
+        if decision.isSaturated { noteCulpritsThatEnded(now: now, workers: workers) }
+        let (action, wakeAt) = decision.pass(now: now, saturated: busy.count >= capacity, canary: Self.canary())
+        switch action {
+        case .sendCanary: _ = cstallmon_concurrency_send_canary()
+        case .begin(let canarySent): begin(now: now, canarySent: canarySent, busy: busy)
+        case .sampleCulprits: sampleCulprits()
+        case .finish(let canaryStarted): finish(now: now, canaryStarted: canaryStarted)
+        case nil: break
+        }
+        return wakeAt
+    }
+
+    /// The latest canary, as the decision reads it.
+    private static func canary() -> StarvationDecision.Canary {
         var sent: UInt64 = 0
         var started: UInt64 = 0
-        let canary = cstallmon_concurrency_canary(&sent, &started)
-        guard var current = episode else {
-            if saturated && canary != 1 {
-                _ = cstallmon_concurrency_send_canary()
-                return now + min(threshold / 4, 10_000_000)
-            }
-            guard saturated, canary == 1 else { return now + threshold / 2 }
-            if now &- sent < threshold { return sent + threshold }
-            begin(now: now, canarySent: sent, busy: busy)
-            return now + sampleInterval
+        switch cstallmon_concurrency_canary(&sent, &started) {
+        case 1: return .waiting(sent: sent)
+        case 0: return .ran(sent: sent, started: started)
+        default: return .none
         }
-        // Culprits whose job ended (the worker moved on, or its thread exited) keep what they had.
+    }
+
+    /// Culprits whose job ended (the worker moved on, or its thread exited) keep what they had.
+    private func noteCulpritsThatEnded(now: UInt64, workers: [WorkerReading]) {
+        guard var current = episode else { return }
         let byIndex = Dictionary(uniqueKeysWithValues: workers.map { ($0.index, $0) })
-        for position in current.culprits.indices where current.culprits[position].endedAt == nil
-            && current.canaryStarted == nil {
+        for position in current.culprits.indices where current.culprits[position].endedAt == nil {
             let culprit = current.culprits[position]
             if let seen = byIndex[culprit.worker.index], seen.isSameJob(as: culprit.worker) { continue }
             current.culprits[position].endedAt = now
         }
-        if canary == 0 || current.canaryStarted != nil {
-            let ended = current.canaryStarted ?? started
-            current.canaryStarted = ended
-            episode = current
-            let drained = ended + min(threshold / 4, 25_000_000)
-            guard now >= drained else { return drained }
-            finish(now: now, canaryStarted: ended)
-            return now + threshold / 2
-        }
-        if now >= current.nextSampleAt {
-            for position in current.culprits.indices where current.culprits[position].endedAt == nil
-                && current.culprits[position].samples.count < maxSamples {
-                current.culprits[position].samples.append(sample(current.culprits[position].worker))
-            }
-            current.nextSampleAt = now + sampleInterval
+        episode = current
+    }
+
+    private func sampleCulprits() {
+        guard var current = episode else { return }
+        for position in current.culprits.indices where current.culprits[position].endedAt == nil
+            && current.culprits[position].samples.count < maxSamples {
+            current.culprits[position].samples.append(sample(current.culprits[position].worker))
         }
         episode = current
-        return current.nextSampleAt
     }
 
     /// The watchdog stops during a starvation: written as ongoing, as a stall would be.
     func stopMidStarvation(now: UInt64) {
-        guard episode != nil else { return }
+        guard decision.stop(), episode != nil else { return }
         finish(now: now, canaryStarted: nil)
     }
 
@@ -143,8 +145,7 @@ final class StarvationWatch {
         let before = Self.globalTotals()
         episode = Episode(id: UUID().uuidString.lowercased(), detectedAt: now,
                           saturatedSince: min(lastTaken, canarySent), canarySent: canarySent, culprits: culprits,
-                          totalsAtBegin: before.totals, delayAtBegin: before.delay, nextSampleAt: now + sampleInterval,
-                          workers: busy.count)
+                          totalsAtBegin: before.totals, delayAtBegin: before.delay, workers: busy.count)
         client.counters.stallsDetected.wrappingAdd(1, ordering: .relaxed)
         if let snapshot = snapshot(now: now, end: now, ongoing: true) {
             writer.submit(.begin(snapshot), from: client)
