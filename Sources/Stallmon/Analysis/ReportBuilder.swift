@@ -17,96 +17,9 @@ struct ReportBuilder {
     }
 
     func build(_ snapshot: StallSnapshot) -> StallReport {
-        var frames: [StallReport.Frame] = []
-        var frameIndices: [FrameKey: [Int]] = [:]
-        var samples: [StallReport.Sample] = []
-        /// What the thread was blocked on, per target: samples and first sample (for a stable order).
-        var waits: [WaitTarget: (count: Int, first: Int)] = [:]
-        /// Each sample's wait, when it counts (not taken after the iteration's end).
-        var sampleWaits: [WaitTarget?] = []
-        var topCounts: [String: (count: Int, first: Int, summary: StallReport.FrameSummary)] = [:]
-        var pauses: [UInt64] = []
-
-        /// The frames of one stack, symbolicated once per distinct address, and the innermost in-app frame.
-        func expand(_ addresses: [UInt]) -> (indices: [Int], top: StallReport.FrameSummary?) {
-            var indices: [Int] = []
-            var top: StallReport.FrameSummary?
-            for (position, address) in addresses.enumerated() {
-                let isReturn = position > 0
-                let key = FrameKey(address: address, isReturnAddress: isReturn)
-                let expanded: [Int]
-                if let known = frameIndices[key] {
-                    expanded = known
-                } else {
-                    let symbolized = symbolicator.symbolize(address, isReturnAddress: isReturn)
-                    let physical = StallReport.Frame(
-                        address: hex(address), image: symbolized.imageIndex, module: symbolized.module,
-                        buildId: symbolized.buildId, offset: symbolized.moduleOffset.map(hex),
-                        symbol: symbolized.symbol, symbolOffset: symbolized.symbolOffset.map { Int($0) },
-                        file: symbolized.file, line: symbolized.line, inApp: symbolized.inApp)
-                    let logical = StallReport.Frame.expanding(physical, inlined: symbolized.inlined,
-                                                              executable: symbolicator.executablePath,
-                                                              rules: symbolicator.inAppRules)
-                    expanded = Array(frames.count..<(frames.count + logical.count))
-                    frames += logical
-                    frameIndices[key] = expanded
-                }
-                indices += expanded
-                if top == nil, let index = expanded.first(where: { frames[$0].inApp }) {
-                    let frame = frames[index]
-                    top = StallReport.FrameSummary(symbol: frame.symbol ?? "\(frame.module ?? "?")+\(frame.offset ?? "?")",
-                                                   module: frame.module, file: frame.file, line: frame.line)
-                }
-            }
-            return (indices, top)
-        }
-
-        for sample in snapshot.samples {
-            let (indices, top) = expand(sample.frames)
-            if let top {
-                let order = topCounts.count
-                var entry = topCounts[top.symbol, default: (0, order, top)]
-                entry.count += 1
-                if entry.summary.line == nil && top.line != nil { entry.summary = top }  // prefer one with file:line
-                topCounts[top.symbol] = entry
-            }
-            if sample.status == .ok { pauses.append(sample.pauseNanoseconds) }
-            let offset = sample.capturedAt > snapshot.since ? sample.capturedAt - snapshot.since : 0
-            // Idle: taken after the loop's own end of the iteration (exact, needs no symbols, so it works on a stripped
-            // binary), or, for a stall without an exact end, a stack of the loop waiting in epoll.
-            let afterEnd = Self.capturedAfterEnd(sample, snapshot)
-            let idle = sample.status == .ok && (afterEnd || StallAggregation.isIdle(indices, in: frames))
-            var built = StallReport.Sample(
-                offsetMs: Double(offset) / 1e6, status: sample.status, frames: indices, truncated: sample.truncated,
-                label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name,
-                state: sample.threadState.map { String($0) }, idle: idle ? true : nil)
-            if sample.unknownImage { built.unknownImage = true }
-            sampleWaits.append(afterEnd ? nil : sample.wait)
-            if let wait = sample.wait, !afterEnd {
-                let order = waits.count
-                waits[wait, default: (0, order)].count += 1
-                if let holder = sample.holder {
-                    built.holderState = holder.state.map { String($0) }
-                    built.holderWaiting = holder.waiting
-                    built.holderStatus = holder.status
-                    if holder.status == .ok { built.holderFrames = expand(holder.frames).indices }
-                }
-            }
-            samples.append(built)
-        }
-
-        let analysis = StallAggregation.analyze(frames: frames, samples: samples)
-        let tree = analysis.tree
-        let hottest = analysis.hottest
-        let topFrame = analysis.topFrame
-            ?? topCounts.values.sorted { ($0.count, -$0.first) > ($1.count, -$1.first) }.first?.summary
-        pauses.sort()
-        let captures = StallReport.CaptureCounts(
-            attempted: snapshot.samples.count,
-            succeeded: snapshot.samples.filter { $0.status == .ok }.count,
-            timedOut: snapshot.samples.filter { $0.status == .timedOut }.count,
-            pauseMedianUs: pauses.isEmpty ? nil : Double(pauses[pauses.count / 2]) / 1e3,
-            pauseMaxUs: pauses.last.map { Double($0) / 1e3 })
+        var table = FrameTable(symbolicator: symbolicator)
+        let sampled = Self.samples(of: snapshot, table: &table)
+        let analysis = StallAggregation.analyze(frames: table.frames, samples: sampled.samples)
         var report = StallReport(
             schema: StallReport.currentSchema, id: snapshot.id, ongoing: snapshot.ongoing, process: process,
             thread: StallReport.ThreadDescription(tid: snapshot.threadID,
@@ -116,30 +29,87 @@ struct ReportBuilder {
                                          monotonicNs: snapshot.since),
             durationMs: Double(snapshot.durationNanoseconds) / 1e6,
             durationSource: snapshot.durationExact ? "loop" : "watchdog",
-            label: LooperLabel(id: snapshot.labelID).name, topFrame: topFrame, captures: captures,
-            samples: samples, frames: frames, images: symbolicator.images,
-            stallClass: snapshot.threadClass, threadStats: snapshot.threadFigures,
+            label: LooperLabel(id: snapshot.labelID).name, topFrame: analysis.topFrame ?? sampled.mostFrequentTop,
+            captures: Self.captureCounts(snapshot.samples), samples: sampled.samples, frames: table.frames,
+            images: symbolicator.images, stallClass: snapshot.threadClass, threadStats: snapshot.threadFigures,
             frozenMs: snapshot.frozenNanoseconds > 0 ? Double(snapshot.frozenNanoseconds) / 1e6 : nil,
-            signature: analysis.signature,
-            hottestStack: hottest, callTree: tree, annotations: snapshot.annotations.isEmpty ? nil : snapshot.annotations)
-        if !waits.isEmpty {
-            let ordered = waits.sorted { ($0.value.count, -$0.value.first) > ($1.value.count, -$1.value.first) }
-                .map(\.key)
-            let position = Dictionary(uniqueKeysWithValues: ordered.enumerated().map { ($1, $0) })
-            for (index, wait) in sampleWaits.enumerated() {
-                report.samples[index].waiting = wait.flatMap { position[$0] }
-            }
-            report.waitingOn = ordered.enumerated().map { index, wait in
-                var entry = StallReport.WaitingOn(kind: wait.kind, syscall: wait.syscall, target: wait.target,
-                                                  holderThread: wait.holderThread, holderName: wait.holderName,
-                                                  samples: waits[wait]?.count ?? 0)
-                if wait.holderThread != nil {
-                    Self.describeHolder(&entry, samples: report.samples.filter { $0.waiting == index }, frames: frames)
-                }
-                return entry
-            }
-        }
+            signature: analysis.signature, hottestStack: analysis.hottest, callTree: analysis.tree,
+            annotations: snapshot.annotations.isEmpty ? nil : snapshot.annotations)
+        Self.summarizeWaits(&report, sampleWaits: sampled.waits)
         return report
+    }
+
+    // MARK: - Steps
+
+    /// The report's samples, built from the snapshot's raw ones; what each waited on (nil when it counts for
+    /// nothing: taken after the iteration's end); the innermost in-app frame seen most often, for a report whose
+    /// samples have no hottest stack.
+    private static func samples(of snapshot: StallSnapshot, table: inout FrameTable)
+        -> (samples: [StallReport.Sample], waits: [WaitTarget?], mostFrequentTop: StallReport.FrameSummary?) {
+        var samples: [StallReport.Sample] = []
+        var waits: [WaitTarget?] = []
+        var tops = Tally<String>()
+        var topSummaries: [String: StallReport.FrameSummary] = [:]
+        for sample in snapshot.samples {
+            let (indices, top) = table.expand(sample.frames)
+            if let top {
+                tops.add(top.symbol)
+                // The first seen, unless a later one has the file:line it lacks.
+                if topSummaries[top.symbol].map({ $0.line == nil && top.line != nil }) ?? true {
+                    topSummaries[top.symbol] = top
+                }
+            }
+            let offset = sample.capturedAt > snapshot.since ? sample.capturedAt - snapshot.since : 0
+            // Idle: taken after the loop's own end of the iteration (exact, needs no symbols, so it works on a stripped
+            // binary), or, for a stall without an exact end, a stack of the loop waiting in epoll.
+            let afterEnd = Self.capturedAfterEnd(sample, snapshot)
+            let idle = sample.status == .ok && (afterEnd || StallAggregation.isIdle(indices, in: table.frames))
+            var built = StallReport.Sample(
+                offsetMs: Double(offset) / 1e6, status: sample.status, frames: indices, truncated: sample.truncated,
+                label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name,
+                state: sample.threadState.map { String($0) }, idle: idle ? true : nil)
+            if sample.unknownImage { built.unknownImage = true }
+            waits.append(afterEnd ? nil : sample.wait)
+            if sample.wait != nil, !afterEnd, let holder = sample.holder {
+                built.holderState = holder.state.map { String($0) }
+                built.holderWaiting = holder.waiting
+                built.holderStatus = holder.status
+                if holder.status == .ok { built.holderFrames = table.expand(holder.frames).indices }
+            }
+            samples.append(built)
+        }
+        return (samples, waits, tops.mostFrequent.flatMap { topSummaries[$0] })
+    }
+
+    private static func captureCounts(_ samples: [RawSample]) -> StallReport.CaptureCounts {
+        let pauses = samples.filter { $0.status == .ok }.map(\.pauseNanoseconds).sorted()
+        return StallReport.CaptureCounts(
+            attempted: samples.count,
+            succeeded: samples.filter { $0.status == .ok }.count,
+            timedOut: samples.filter { $0.status == .timedOut }.count,
+            pauseMedianUs: pauses.isEmpty ? nil : Double(pauses[pauses.count / 2]) / 1e3,
+            pauseMaxUs: pauses.last.map { Double($0) / 1e3 })
+    }
+
+    /// What the thread waited on, most often first, each sample pointing at its entry, and each lock's holder.
+    private static func summarizeWaits(_ report: inout StallReport, sampleWaits: [WaitTarget?]) {
+        var tally = Tally<WaitTarget>()
+        for wait in sampleWaits.compactMap({ $0 }) { tally.add(wait) }
+        guard !tally.isEmpty else { return }
+        let ordered = tally.ordered
+        let position = Dictionary(uniqueKeysWithValues: ordered.enumerated().map { ($1, $0) })
+        for (index, wait) in sampleWaits.enumerated() {
+            report.samples[index].waiting = wait.flatMap { position[$0] }
+        }
+        report.waitingOn = ordered.enumerated().map { index, wait in
+            var entry = StallReport.WaitingOn(kind: wait.kind, syscall: wait.syscall, target: wait.target,
+                                              holderThread: wait.holderThread, holderName: wait.holderName,
+                                              samples: tally.count(of: wait))
+            if wait.holderThread != nil {
+                describeHolder(&entry, samples: report.samples.filter { $0.waiting == index }, frames: report.frames)
+            }
+            return entry
+        }
     }
 
     /// The holder's hottest stack, the service's own frame on it, and what it was most often blocked in, over the
@@ -173,9 +143,70 @@ struct ReportBuilder {
         return sample.capturedAt > end
     }
 
-    private struct FrameKey: Hashable {
-        var address: UInt
-        var isReturnAddress: Bool
+    /// The report's frame table: each distinct address symbolicated once, its inlined functions frames of their own.
+    private struct FrameTable {
+        private struct Key: Hashable {
+            var address: UInt
+            var isReturnAddress: Bool
+        }
+
+        let symbolicator: Symbolicator
+        private(set) var frames: [StallReport.Frame] = []
+        private var indices: [Key: [Int]] = [:]
+
+        init(symbolicator: Symbolicator) {
+            self.symbolicator = symbolicator
+        }
+
+        /// The frames of one stack (program counter, then return addresses), and its innermost in-app frame.
+        mutating func expand(_ addresses: [UInt]) -> (indices: [Int], top: StallReport.FrameSummary?) {
+            var stack: [Int] = []
+            var top: StallReport.FrameSummary?
+            for (position, address) in addresses.enumerated() {
+                let expanded = frames(of: Key(address: address, isReturnAddress: position > 0))
+                stack += expanded
+                if top == nil, let index = expanded.first(where: { frames[$0].inApp }) {
+                    let frame = frames[index]
+                    top = StallReport.FrameSummary(symbol: frame.symbol ?? "\(frame.module ?? "?")+\(frame.offset ?? "?")",
+                                                   module: frame.module, file: frame.file, line: frame.line)
+                }
+            }
+            return (stack, top)
+        }
+
+        private mutating func frames(of key: Key) -> [Int] {
+            if let known = indices[key] { return known }
+            let symbolized = symbolicator.symbolize(key.address, isReturnAddress: key.isReturnAddress)
+            let physical = StallReport.Frame(
+                address: hex(key.address), image: symbolized.imageIndex, module: symbolized.module,
+                buildId: symbolized.buildId, offset: symbolized.moduleOffset.map(hex),
+                symbol: symbolized.symbol, symbolOffset: symbolized.symbolOffset.map { Int($0) },
+                file: symbolized.file, line: symbolized.line, inApp: symbolized.inApp)
+            let logical = StallReport.Frame.expanding(physical, inlined: symbolized.inlined,
+                                                      executable: symbolicator.executablePath,
+                                                      rules: symbolicator.inAppRules)
+            let expanded = Array(frames.count..<(frames.count + logical.count))
+            frames += logical
+            indices[key] = expanded
+            return expanded
+        }
+    }
+
+    /// Counts of values, ordered most frequent first, ties in the order first seen.
+    private struct Tally<Value: Hashable> {
+        private var counts: [Value: (count: Int, first: Int)] = [:]
+
+        mutating func add(_ value: Value) {
+            let order = counts.count
+            counts[value, default: (0, order)].count += 1
+        }
+
+        var isEmpty: Bool { counts.isEmpty }
+        func count(of value: Value) -> Int { counts[value]?.count ?? 0 }
+        var ordered: [Value] {
+            counts.sorted { ($0.value.count, -$0.value.first) > ($1.value.count, -$1.value.first) }.map(\.key)
+        }
+        var mostFrequent: Value? { ordered.first }
     }
 
     static func hostname() -> String {

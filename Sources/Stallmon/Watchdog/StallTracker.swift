@@ -123,7 +123,6 @@ final class StallTracker {
     /// its length is then no sign of a freeze (`FreezeWatch.passEnds`).
     func step(_ reading: LoopProbe.Reading, now: UInt64, target: Target,
               freezes: FreezeTracker) -> (wakeAt: UInt64, waitedOnItsOwnWork: Bool) {
-        let threshold = UInt64(client.configuration.threshold.nanosecondsClamped)
         var waitedOnItsOwnWork = false
         // The detector sees the iteration as if it began later by the time the whole process was frozen, so a
         // SIGSTOP or VM pause is never mistaken for a stall.
@@ -139,28 +138,8 @@ final class StallTracker {
             switch action {
             case .begin(let iteration, _):
                 guard case .busy(_, let since) = reading else { break }
-                client.counters.stallsDetected.wrappingAdd(1, ordering: .relaxed)
-                stallCounter.increment()
-                let wallNow = cstallmon_realtime_ns()
-                var snapshot = StallSnapshot(
-                    id: UUID().uuidString.lowercased(), loopName: loopName, threadID: target.tid,
-                    thresholdNanoseconds: threshold, since: since,
-                    sinceWall: wallNow - min(wallNow, now - since), durationNanoseconds: now - since,
-                    durationExact: false, ongoing: true, elapsedAtDetection: now - since,
-                    labelID: target.currentLabel(), samples: [])
-                snapshot.annotations = annotations?.values(for: iteration) ?? [:]
-                snapshot.mode = target.currentMode()
-                target.describe(&snapshot)
-                descriptors = DescriptorResolver()
-                holders.endStall()
-                if let capture = target.capture {
-                    waitedOnItsOwnWork = true
-                    snapshot.samples.append(takeSample(capture, target: target))
-                }
-                current = Current(snapshot: snapshot, lastSeenBusy: now,
-                                  baseline: baseline?.iteration == iteration ? baseline : nil)
-                hangs.began(id: snapshot.id, loop: loopName, since: since)
-                writer.submit(.begin(snapshot), from: client)
+                waitedOnItsOwnWork = beginStall(iteration: iteration, since: since, now: now, target: target)
+                    || waitedOnItsOwnWork
             case .sample:
                 if let capture = target.capture, current != nil {
                     waitedOnItsOwnWork = true
@@ -173,30 +152,7 @@ final class StallTracker {
                 guard let snapshot = ongoingSnapshot(now: now, freezes: freezes, tid: target.tid) else { break }
                 writer.submit(.interim(snapshot), from: client)
             case .finish(let iteration, _):
-                guard var snapshot = current?.snapshot else { break }
-                var end = current?.lastSeenBusy ?? now
-                if let record = target.longIterationRecord(iteration) {
-                    end = record.end
-                    snapshot.durationExact = true
-                } else {
-                    snapshot.durationExact = false  // the thread overwrote the record: this thread was starved
-                }
-                snapshot.frozenNanoseconds = frozenTime(since: snapshot.since, end: end, now: now,
-                                                        freezes: freezes, tid: target.tid)
-                snapshot.durationNanoseconds = end - snapshot.since - min(snapshot.frozenNanoseconds,
-                                                                          end - snapshot.since)
-                snapshot.ongoing = false
-                snapshot.hang = nil  // the final report replaces the hang's: the stall is over
-                snapshot.annotations.merge(annotations?.values(for: iteration) ?? [:]) { _, new in new }
-                if target.isAlive {
-                    describeThread(&snapshot, baseline: current?.baseline, now: now, tid: target.tid,
-                                   end: snapshot.durationExact ? end : nil)
-                }
-                stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
-                writer.submit(.finish(snapshot), from: client)
-                hangs.ended(id: snapshot.id)
-                current = nil
-                holders.endStall()
+                finishStall(iteration: iteration, now: now, target: target, freezes: freezes)
             }
         }
         if case .busy = reading, current != nil { current?.lastSeenBusy = now }
@@ -207,6 +163,59 @@ final class StallTracker {
             waitedOnItsOwnWork = waitedOnItsOwnWork || hang.waitedForTheWriter
         }
         return (wake, waitedOnItsOwnWork)
+    }
+
+    /// A stall of `iteration` (begun at `since`) was detected: its first sample, its begin report, the hang
+    /// registry told. Returns whether a sample was taken (the pass then waited on its handler).
+    private func beginStall(iteration: UInt64, since: UInt64, now: UInt64, target: Target) -> Bool {
+        client.counters.stallsDetected.wrappingAdd(1, ordering: .relaxed)
+        stallCounter.increment()
+        let wallNow = cstallmon_realtime_ns()
+        var snapshot = StallSnapshot(
+            id: UUID().uuidString.lowercased(), loopName: loopName, threadID: target.tid,
+            thresholdNanoseconds: UInt64(client.configuration.threshold.nanosecondsClamped), since: since,
+            sinceWall: wallNow - min(wallNow, now - since), durationNanoseconds: now - since,
+            durationExact: false, ongoing: true, elapsedAtDetection: now - since,
+            labelID: target.currentLabel(), samples: [])
+        snapshot.annotations = annotations?.values(for: iteration) ?? [:]
+        snapshot.mode = target.currentMode()
+        target.describe(&snapshot)
+        descriptors = DescriptorResolver()
+        holders.endStall()
+        if let capture = target.capture { snapshot.samples.append(takeSample(capture, target: target)) }
+        current = Current(snapshot: snapshot, lastSeenBusy: now,
+                          baseline: baseline?.iteration == iteration ? baseline : nil)
+        hangs.began(id: snapshot.id, loop: loopName, since: since)
+        writer.submit(.begin(snapshot), from: client)
+        return target.capture != nil
+    }
+
+    /// The stall's iteration ended: its final report, with the exact end when the thread recorded it, frozen time
+    /// set aside and where the thread's time went.
+    private func finishStall(iteration: UInt64, now: UInt64, target: Target, freezes: FreezeTracker) {
+        guard var snapshot = current?.snapshot else { return }
+        var end = current?.lastSeenBusy ?? now
+        if let record = target.longIterationRecord(iteration) {
+            end = record.end
+            snapshot.durationExact = true
+        } else {
+            snapshot.durationExact = false  // the thread overwrote the record: this thread was starved
+        }
+        snapshot.frozenNanoseconds = frozenTime(since: snapshot.since, end: end, now: now, freezes: freezes,
+                                                tid: target.tid)
+        snapshot.durationNanoseconds = end - snapshot.since - min(snapshot.frozenNanoseconds, end - snapshot.since)
+        snapshot.ongoing = false
+        snapshot.hang = nil  // the final report replaces the hang's: the stall is over
+        snapshot.annotations.merge(annotations?.values(for: iteration) ?? [:]) { _, new in new }
+        if target.isAlive {
+            describeThread(&snapshot, baseline: current?.baseline, now: now, tid: target.tid,
+                           end: snapshot.durationExact ? end : nil)
+        }
+        stallDuration.recordNanoseconds(Int64(clamping: snapshot.durationNanoseconds))
+        writer.submit(.finish(snapshot), from: client)
+        hangs.ended(id: snapshot.id)
+        current = nil
+        holders.endStall()
     }
 
     /// A stall past a hang limit: past `systemd_hang_after_ms` (when systemd's watchdog is fed), its report is made
