@@ -12,8 +12,10 @@ import PackageDescription
 //                   plugs into the monitor as a `StallReportSink`. The transport is behind the `Upload` trait (on by
 //                   default): a service that wants no HTTP client or TLS in its build depends with `traits: []`,
 //                   since SwiftPM builds every target of a dependency's package, used or not.
-//   StallmonNIO     monitors SwiftNIO event loops (any MultiThreadedEventLoopGroup, `.singleton` included) and runs a
-//                   monitor as a swift-service-lifecycle Service; behind the `NIO` trait (on by default)
+//   StallmonNIO     monitors SwiftNIO event loops (any MultiThreadedEventLoopGroup, `.singleton` included); behind
+//                   the `NIO` trait (on by default), and re-exports StallmonLifecycle
+//   StallmonLifecycle  runs monitors as a swift-service-lifecycle Service (StallMonitorService), with or without NIO;
+//                   behind the `Lifecycle` trait (on by default, and with NIO)
 //   stallmon        the CLI (demo, report, show, tail, symbolicate, upload): links everything
 // C targets hold what Swift cannot do or import: CStallmonLoopShims (epoll, eventfd, timerfd), CStallmonCapture (the
 // signal handler and libunwind capture), CStallmonSymbols (libdw symbolication), CStallmonConcurrency (the global
@@ -27,14 +29,17 @@ let package = Package(
         .library(name: "StallmonReport", targets: ["StallmonReport"]),
         .library(name: "StallmonUpload", targets: ["StallmonUpload"]),
         .library(name: "StallmonNIO", targets: ["StallmonNIO"]),
+        .library(name: "StallmonLifecycle", targets: ["StallmonLifecycle"]),
         .executable(name: "stallmon", targets: ["stallmon"]),
     ],
     traits: [
         .trait(name: "Upload", description: "In-process upload of reports over HTTP (async-http-client, SwiftNIO, "
             + "compress-nio): StallmonUpload's Uploader and `stallmon upload`. Without it, StallmonUpload spools only."),
-        .trait(name: "NIO", description: "StallmonNIO: monitoring of SwiftNIO event loops (swift-nio, "
-            + "swift-service-lifecycle). Without it, StallmonNIO is empty."),
-        .default(enabledTraits: ["Upload", "NIO"]),
+        .trait(name: "NIO", description: "StallmonNIO: monitoring of SwiftNIO event loops (swift-nio; enables "
+            + "Lifecycle). Without it, StallmonNIO is empty.", enabledTraits: ["Lifecycle"]),
+        .trait(name: "Lifecycle", description: "StallmonLifecycle: monitors run as a swift-service-lifecycle Service "
+            + "(StallMonitorService), NIO or not. Without it, StallmonLifecycle is empty."),
+        .default(enabledTraits: ["Upload", "NIO", "Lifecycle"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -101,9 +106,19 @@ let package = Package(
             ]
         ),
         .target(
+            name: "StallmonLifecycle",
+            dependencies: [
+                "Stallmon",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                         condition: .when(traits: ["Lifecycle"])),
+            ]
+        ),
+        .target(
             name: "StallmonNIO",
             dependencies: [
                 "Stallmon",
+                "StallmonLifecycle",
                 "StallmonLoop",
                 "StallmonReport",
                 "CStallmonLoopShims",
@@ -111,8 +126,6 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["NIO"])),
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["NIO"])),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle",
-                         condition: .when(traits: ["NIO"])),
             ]
         ),
         .executableTarget(
@@ -172,8 +185,8 @@ let package = Package(
         .testTarget(
             name: "StallmonNIOTests",
             dependencies: [
-                "StallmonNIO", "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonLoopShims", "CStallmonNIOHook",
-                "StallmonTestSupport",
+                "StallmonNIO", "StallmonLifecycle", "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonLoopShims",
+                "CStallmonNIOHook", "StallmonTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

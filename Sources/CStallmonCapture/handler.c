@@ -23,7 +23,7 @@ int settle_slot(capture_slot *slot, int32_t from) {
     if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_IDLE)) return 0;
     // Released between the check and the transition: the release saw `from` and left the slot to us. No ABA here:
     // to be re-acquired, the slot must first be freed from IDLE, and only two parties do that. A release comes once
-    // per acquisition (StallMonitor fences its binding), and it already came. A capture's end needs a handler run on
+    // per acquisition (the loop's monitor fences its binding), and it already came. A capture's end needs a handler run on
     // the slot's thread: when we are that late handler, ours is running with the signal blocked, so a capture
     // started now times out into ABANDONED; when we are the watchdog, no other capture of this slot runs. So the slot
     // is still this acquisition's when we free it.

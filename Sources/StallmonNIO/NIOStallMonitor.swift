@@ -5,6 +5,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import Stallmon
+@_exported import StallmonLifecycle
 import StallmonLoop
 import Synchronization
 
@@ -224,4 +225,5 @@ public final class NIOStallMonitor: Sendable {
         return loops.indices.map { collected[$0]! }
     }
 }
+extension NIOStallMonitor: StallMonitoring {}
 #endif

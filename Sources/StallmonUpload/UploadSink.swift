@@ -6,7 +6,7 @@ import Stallmon
 /// the loop thread). Without an endpoint (`spool = on`), reports wait for a sidecar `stallmon upload --daemon`.
 ///
 /// ```swift
-/// let monitor = try StallMonitor(loop: loop, configuration: configuration, logger: logger,
+/// let monitor = try LooperStallMonitor(loop: loop, configuration: configuration, logger: logger,
 ///                                sinks: [try UploadSink(configuration: configuration, logger: logger)])
 /// ```
 ///
@@ -14,14 +14,14 @@ import Stallmon
 /// only, and a configured `upload_endpoint` is refused with an error that says so.
 public final class UploadSink: StallReportSink {
     /// The spool reports are queued in.
-    public let spool: Spool
+    package let spool: Spool
     #if Upload
     /// The in-process uploader, when `upload_endpoint` is configured.
-    public let uploader: Uploader?
+    package let uploader: Uploader?
     #endif
 
     /// Validates the upload settings of `configuration` (endpoint, limits, token) and prepares the uploader; nothing
-    /// is sent before `StallMonitor.start()`. Errors name the key and never show a secret.
+    /// is sent before `LooperStallMonitor.start()`. Errors name the key and never show a secret.
     public init(configuration: StallMonitorConfiguration, logger: Logger) throws(ConfigurationError) {
         try configuration.upload.validate()
         spool = Spool(reportDirectory: configuration.reportDirectory)

@@ -70,12 +70,12 @@ struct DetectionQuality {
     private func runWorkload(_ durations: [Double], monitored: Bool) throws -> Outcome {
         let loop = try Looper(name: monitored ? "detect-ours" : "detect-heartbeat")
         let directory = scratch + "/detection-\(monitored)"
-        var monitor: StallMonitor?
+        var monitor: LooperStallMonitor?
         var configuration = StallMonitorConfiguration(threshold: .milliseconds(Int(Self.thresholdMs)),
                                                       sampleInterval: .milliseconds(10), reportDirectory: directory)
         configuration.maxReportsPerSignaturePerHour = 100_000
         if monitored {
-            monitor = try StallMonitor(loop: loop, configuration: configuration, logger: logger)
+            monitor = try LooperStallMonitor(loop: loop, configuration: configuration, logger: logger)
             monitor?.start()
         }
         let probe = monitored ? nil : HeartbeatProbe(loop: loop, everyMs: Self.heartbeatMs, thresholdMs: Self.thresholdMs)

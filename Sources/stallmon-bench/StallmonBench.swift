@@ -194,7 +194,7 @@ struct LoopOverhead {
     /// Hooks measured against the loop without any.
     enum Hook: Hashable {
         case none
-        /// A started `StallMonitor`.
+        /// A started `LooperStallMonitor`.
         case monitor
         /// An observer that does nothing: what any observer costs.
         case emptyObserver
@@ -234,16 +234,16 @@ struct LoopOverhead {
         }
 
         func measure(_ hook: Hook, segment: Duration, scratch: String, logger: Logger) throws -> Measurement {
-            var monitor: StallMonitor?
+            var monitor: LooperStallMonitor?
             var token: LooperObserverToken?
             let activities: LooperActivity = [.entry, .afterWaiting, .beforeTimers, .beforeWaiting, .exit]
             switch hook {
             case .none:
                 break
             case .monitor:
-                monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                             reportDirectory: scratch + "/loop"),
-                                           logger: logger)
+                monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
+                                                                                   reportDirectory: scratch + "/loop"),
+                                                 logger: logger)
                 monitor?.start()
             case .emptyObserver:
                 token = loop.addObserver(for: activities) { _, _ in }

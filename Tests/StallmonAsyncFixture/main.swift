@@ -299,8 +299,8 @@ case "snapshot":
     configuration.interimAfter = .seconds(60)
     let idleLoop = try Looper(name: "idle-loop")
     let busyLoop = try Looper(name: "busy-loop")
-    let loopMonitors = [try StallMonitor(loop: idleLoop, configuration: configuration),
-                        try StallMonitor(loop: busyLoop, configuration: configuration)]
+    let loopMonitors = [try LooperStallMonitor(loop: idleLoop, configuration: configuration),
+                        try LooperStallMonitor(loop: busyLoop, configuration: configuration)]
     for loopMonitor in loopMonitors { loopMonitor.start() }
     for loop in [idleLoop, busyLoop] {
         Thread.detachNewThread { loop.run(for: .seconds(25)) }
@@ -478,7 +478,7 @@ case "unwinder-loader":
     var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
                                                   reportDirectory: reportDirectory)
     configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
-    let loopMonitor = try StallMonitor(loop: loop, configuration: configuration)
+    let loopMonitor = try LooperStallMonitor(loop: loop, configuration: configuration)
     loopMonitor.start()
     Thread.detachNewThread { loop.run(for: .seconds(30)) }
     let held = LoaderHazard()

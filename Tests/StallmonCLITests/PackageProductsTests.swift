@@ -3,7 +3,8 @@ import StallmonTestSupport
 import Testing
 
 /// The package's products keep their promise (README, "Linking it into a service"): a service that links only
-/// `Stallmon`, without the `Upload` trait, compiles no NIO, HTTP client or TLS, and still gets stall reports.
+/// `Stallmon` (and `StallmonLifecycle`), without the `Upload` and `NIO` traits, compiles no NIO, HTTP client or TLS,
+/// and still gets stall reports.
 @Suite("package products", .serialized)
 struct PackageProductsTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
@@ -107,19 +108,23 @@ struct PackageProductsTests {
             import PackageDescription
             let package = Package(
                 name: "CoreOnly",
-                // No traits: leave out `Upload`, which the core does not need (SwiftPM builds every target of a
-                // dependency, so only a trait keeps async-http-client out of the build).
+                // Leave out `Upload` and `NIO`, which the core does not need (SwiftPM builds every target of a
+                // dependency, so only a trait keeps async-http-client and NIO out of the build); `Lifecycle` runs
+                // monitors as a swift-service-lifecycle Service without NIO.
                 dependencies: [
-                    .package(path: "\(Self.repository)", traits: []),
+                    .package(path: "\(Self.repository)", traits: ["Lifecycle"]),
                     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+                    .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
                 ],
                 targets: [
                     .executableTarget(name: "CoreOnly", dependencies: [
                         .product(name: "Stallmon", package: "\(packageName)"),
                         .product(name: "StallmonLoop", package: "\(packageName)"),
+                        .product(name: "StallmonLifecycle", package: "\(packageName)"),
                         // Without the trait it spools only, and brings no HTTP client.
                         .product(name: "StallmonUpload", package: "\(packageName)"),
                         .product(name: "Logging", package: "swift-log"),
+                        .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                     ]),
                 ]
             )
@@ -139,7 +144,7 @@ struct PackageProductsTests {
             let loop = try Looper(name: "core-only")
             let configuration = StallMonitorConfiguration(threshold: .milliseconds(50),
                                                           reportDirectory: CommandLine.arguments[1])
-            let monitor = try StallMonitor(loop: loop, configuration: configuration)
+            let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
             monitor.start()
             loop.perform(label: "spin") { _ = coreOnlySpin(milliseconds: 150) }
             loop.run(for: .milliseconds(700))
@@ -160,12 +165,25 @@ struct PackageProductsTests {
             var fillers: [Int32] = []
             while case let fd = open("/dev/null", O_RDONLY), fd >= 0 { fillers.append(fd) }
             do {
-                _ = try StallMonitor(loop: loop, configuration: configuration)
+                _ = try LooperStallMonitor(loop: loop, configuration: configuration)
                 print("no descriptors: created anyway")
             } catch {
                 print("no descriptors: \\(error)")
             }
             for fd in fillers { close(fd) }
+            """)
+        // A service that watches only async code runs its monitor as a Service, with no NIO in the build.
+        try scratch.write("Sources/CoreOnly/Lifecycle.swift", """
+            import Logging
+            import ServiceLifecycle
+            import Stallmon
+            import StallmonLifecycle
+
+            func asyncOnlyServiceGroup(logger: Logger) throws -> ServiceGroup {
+                let monitor = try ConcurrencyStallMonitor(mainActor: false)
+                return ServiceGroup(services: [StallMonitorService(monitor)], gracefulShutdownSignals: [.sigterm],
+                                    logger: logger)
+            }
             """)
         // The README's Swift snippets compile as written (each in a function of its own, its imports on top).
         let snippets = try Self.readmeSwiftSnippets()
@@ -184,6 +202,7 @@ struct PackageProductsTests {
         let products = scratch.path(".build/debug")
         let built = (try? FileManager.default.contentsOfDirectory(atPath: products)) ?? []
         #expect(built.contains("Stallmon.build"), "\(built.sorted())")
+        #expect(built.contains("StallmonLifecycle.build") && built.contains("ServiceLifecycle.build"), "\(built.sorted())")
         for module in Self.transportModules {
             #expect(!built.contains("\(module).build"), "compiled \(module): \(built.sorted())")
         }

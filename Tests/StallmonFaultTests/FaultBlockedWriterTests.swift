@@ -27,8 +27,8 @@ struct FaultBlockedWriterTests {
         let logs = InMemoryLogHandler()
         let configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
         let loop = try Looper(name: "blocked-writer")
-        let monitor = try StallMonitor(loop: loop, configuration: configuration,
-                                       logger: Logger(label: "test") { _ in logs })
+        let monitor = try LooperStallMonitor(loop: loop, configuration: configuration,
+                                             logger: Logger(label: "test") { _ in logs })
         monitor.start()
         postChainedSpins(loop, count: 1, milliseconds: 150)
         loop.run(for: .milliseconds(400))

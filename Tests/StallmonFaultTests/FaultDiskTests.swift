@@ -18,7 +18,7 @@ import Glibc
 final class FaultDiskHarness {
     let directory: String
     let loop: Looper
-    let monitor: StallMonitor
+    let monitor: LooperStallMonitor
     let logs = InMemoryLogHandler()
     let ticks = FaultCounter()
     private var timer: LooperTimer?
@@ -28,9 +28,9 @@ final class FaultDiskHarness {
         directory = reportDirectory
         loop = try Looper(name: name)
         let logs = logs
-        monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                     reportDirectory: reportDirectory),
-                                   logger: Logger(label: "fault.disk") { _ in logs })
+        monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                           reportDirectory: reportDirectory),
+                                         logger: Logger(label: "fault.disk") { _ in logs })
         monitor.start()
         let ticks = ticks
         timer = loop.schedule(every: .milliseconds(10), label: "fault.tick") { ticks.increment() }

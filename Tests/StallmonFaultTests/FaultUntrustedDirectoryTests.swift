@@ -118,8 +118,8 @@ import Glibc
         let (root, victim, reports) = try Self.plantedReportDirectory()
         defer { try? FileManager.default.removeItem(atPath: root) }
         do {
-            _ = try StallMonitor(loop: try Looper(name: "untrusted-at-creation"),
-                                 configuration: .init(threshold: .milliseconds(50), reportDirectory: reports))
+            _ = try LooperStallMonitor(loop: try Looper(name: "untrusted-at-creation"),
+                                       configuration: .init(threshold: .milliseconds(50), reportDirectory: reports))
             Issue.record("a monitor was created on a planted directory")
         } catch {
             #expect("\(error)".contains("refusing untrusted directory \(reports)"), "\(error)")
@@ -167,8 +167,8 @@ import Glibc
         }
         #expect(try FileManager.default.contentsOfDirectory(atPath: target).isEmpty, "created in the link's target")
         #expect(throws: StallMonitorError.self, "accepted at creation") {
-            _ = try StallMonitor(loop: try Looper(name: "through-a-link"),
-                                 configuration: .init(threshold: .milliseconds(50), reportDirectory: reports))
+            _ = try LooperStallMonitor(loop: try Looper(name: "through-a-link"),
+                                       configuration: .init(threshold: .milliseconds(50), reportDirectory: reports))
         }
     }
 

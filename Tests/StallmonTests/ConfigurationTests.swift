@@ -102,7 +102,7 @@ struct ConfigurationTests {
     @Test func theMonitorRefusesAnInvalidConfiguration() throws {
         let loop = try Looper(name: "x")
         #expect(throws: StallMonitorError.self) {
-            _ = try StallMonitor(loop: loop, configuration: .init(threshold: .zero))
+            _ = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .zero))
         }
     }
 }

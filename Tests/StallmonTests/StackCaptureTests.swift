@@ -82,7 +82,7 @@ struct StackCaptureTests {
         defer { signal(number, SIG_DFL) }
         let loop = try Looper(name: "refuse")
         do {
-            _ = try StallMonitor(loop: loop, configuration: .init(signal: foreign))
+            _ = try LooperStallMonitor(loop: loop, configuration: .init(signal: foreign))
             Issue.record("took a signal owned by another handler")
         } catch {
             #expect(error.description.contains("SIGRTMIN+"), "\(error.description)")
@@ -94,7 +94,7 @@ struct StackCaptureTests {
         defer { cstallmon_release() }
         let loop = try Looper(name: "other-signal")
         do {
-            _ = try StallMonitor(loop: loop, configuration: .init(signal: SamplingSignal(offsetFromRTMin: 7)))
+            _ = try LooperStallMonitor(loop: loop, configuration: .init(signal: SamplingSignal(offsetFromRTMin: 7)))
             Issue.record("installed a second signal")
         } catch {
             #expect(error.description.contains("already samples with SIGRTMIN+3"), "\(error.description)")
@@ -242,8 +242,8 @@ struct StackCaptureTests {
     @Test func framesStartAtTheInterruptedFunctionWithoutHandlerFrames() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "frames")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(60),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(60),
+                                                                               reportDirectory: directory))
         monitor.start()
         loop.perform(label: "spin") { _ = stallmonTestBusySpin(milliseconds: 200) }
         loop.run(for: .milliseconds(400))
@@ -272,8 +272,8 @@ struct StackCaptureTests {
         try #require(loaderAddress != 0, "__tls_get_addr is in ld.so")
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "stale-loader-address")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                               reportDirectory: directory))
         monitor.start()
         loop.perform { _ = stallmonTestSpinWithLoaderAddressInFrame(milliseconds: 250, loaderAddress: loaderAddress) }
         loop.run(for: .milliseconds(450))

@@ -25,13 +25,14 @@ func stallmonTestBlockingRead(milliseconds: Int) {
 
 @Suite(.serialized)
 struct StallAnalysisTests {
-    func stall(_ work: @escaping @Sendable (StallMonitor) -> Void,
-               configure: (inout StallMonitorConfiguration) -> Void = { _ in }) throws -> (StallMonitor, [StallReport]) {
+    func stall(_ work: @escaping @Sendable (LooperStallMonitor) -> Void,
+               configure: (inout StallMonitorConfiguration) -> Void = { _ in })
+        throws -> (LooperStallMonitor, [StallReport]) {
         let directory = makeTemporaryDirectory()
         var configuration = StallMonitorConfiguration(threshold: .milliseconds(80), reportDirectory: directory)
         configure(&configuration)
         let loop = try Looper(name: "analysis")
-        let monitor = try StallMonitor(loop: loop, configuration: configuration)
+        let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
         monitor.start()
         loop.perform(label: "work") { work(monitor) }
         loop.run(for: .milliseconds(600))
@@ -147,7 +148,7 @@ struct StallAnalysisTests {
         var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
         configuration.maxReportsPerSignaturePerHour = 2
         let loop = try Looper(name: "limited")
-        let monitor = try StallMonitor(loop: loop, configuration: configuration)
+        let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
         monitor.start()
         postChainedSpins(loop, count: 5, milliseconds: 80)
         loop.run(for: .milliseconds(900))
@@ -171,7 +172,7 @@ struct StallAnalysisTests {
         configuration.maxReportsPerSignaturePerHour = 1
         configuration.interimAfter = .milliseconds(100)
         let loop = try Looper(name: "limited-long")
-        let monitor = try StallMonitor(loop: loop, configuration: configuration)
+        let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
         monitor.start()
         postChainedSpins(loop, count: 5, milliseconds: 220)
         loop.run(for: .milliseconds(1800))

@@ -17,8 +17,8 @@ struct SymbolicatorTests {
         // A frame from a real capture: the spinning function, symbolicated by the writer thread.
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "symbols")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                               reportDirectory: directory))
         monitor.start()
         loop.perform { _ = stallmonTestBusySpin(milliseconds: 250) }  // ~20 samples, so some land on a line
         loop.run(for: .milliseconds(450))

@@ -284,7 +284,7 @@ struct UploaderTests {
         configuration.upload = testUploadConfiguration(receiver.baseURL)
         let loop = try Looper(name: "uploading")
         let sink = try UploadSink(configuration: configuration, logger: Logger(label: "test"))
-        let monitor = try StallMonitor(loop: loop, configuration: configuration, sinks: [sink])
+        let monitor = try LooperStallMonitor(loop: loop, configuration: configuration, sinks: [sink])
         monitor.start()
         loop.perform { _ = stallmonTestBusySpin(milliseconds: 120) }
         loop.run(for: .milliseconds(500))
@@ -310,8 +310,8 @@ struct UploaderTests {
         let sink = try UploadSink(configuration: configuration, logger: Logger(label: "test"))
         let loop = try Looper(name: "unspooled")
         let logs = InMemoryLogHandler()
-        let monitor = try StallMonitor(loop: loop, configuration: configuration,
-                                       logger: Logger(label: "test") { _ in logs }, sinks: [sink])
+        let monitor = try LooperStallMonitor(loop: loop, configuration: configuration,
+                                             logger: Logger(label: "test") { _ in logs }, sinks: [sink])
         monitor.start()
         postChainedSpins(loop, count: 1, milliseconds: 120)
         loop.run(for: .milliseconds(500))
@@ -338,20 +338,20 @@ struct UploaderTests {
         configuration.upload = testUploadConfiguration("http://127.0.0.1:9")
         let loop = try Looper(name: "no-sink")
         #expect {
-            _ = try StallMonitor(loop: loop, configuration: configuration)
+            _ = try LooperStallMonitor(loop: loop, configuration: configuration)
         } throws: { error in
             "\(error)".contains("UploadSink") && "\(error)".contains("upload_endpoint")
         }
         configuration.upload.endpoint = nil
         configuration.upload.spool = true
         #expect {
-            _ = try StallMonitor(loop: loop, configuration: configuration)
+            _ = try LooperStallMonitor(loop: loop, configuration: configuration)
         } throws: { error in
             "\(error)".contains("spool = on")
         }
         // With the sink, the same configuration is accepted.
-        _ = try StallMonitor(loop: loop, configuration: configuration,
-                             sinks: [try UploadSink(configuration: configuration, logger: Logger(label: "test"))])
+        _ = try LooperStallMonitor(loop: loop, configuration: configuration,
+                                   sinks: [try UploadSink(configuration: configuration, logger: Logger(label: "test"))])
     }
 
     @Test func quotasDropTheOldestAndSayHowMany() throws {

@@ -6,21 +6,21 @@ import StallmonReport
 /// by build id in the debug directories (`DIR/.build-id/xx/yyyy.debug`, the layout of Debian's -dbgsym packages and
 /// `objcopy --only-keep-debug`), then at its recorded path if its build id matches, then in /usr/lib/debug. Frames
 /// whose image cannot be found keep what they had. NOT thread-safe.
-public struct OfflineSymbolicator {
-    public let debugDirectories: [String]
+package struct OfflineSymbolicator {
+    package let debugDirectories: [String]
 
-    public init(debugDirectories: [String]) {
+    package init(debugDirectories: [String]) {
         self.debugDirectories = debugDirectories
     }
 
     /// What happened to each image.
-    public struct Outcome: Sendable {
-        public var report: StallReport
+    package struct Outcome: Sendable {
+        package var report: StallReport
         /// Image path → file used, or nil when none was found.
-        public var sources: [String: String?]
+        package var sources: [String: String?]
     }
 
-    public func symbolicate(_ report: StallReport) -> Outcome {
+    package func symbolicate(_ report: StallReport) -> Outcome {
         var report = report
         var sources: [String: String?] = [:]
         var usable: [Int: OpaquePointer] = [:]

@@ -3,7 +3,7 @@ import CStallmonCapture
 import Glibc
 #endif
 
-/// Everything a `StallMonitor` can be told. The same knobs exist as keys of the config file (see
+/// Everything a `LooperStallMonitor` can be told. The same knobs exist as keys of the config file (see
 /// `config/stallmon.conf`) and as `STALLMON_*` environment variables, which override the file.
 public struct StallMonitorConfiguration: Sendable, Equatable {
     /// A loop iteration busy for longer than this is a stall. Key `threshold_ms`, default 100 ms.

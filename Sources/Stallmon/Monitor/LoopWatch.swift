@@ -6,7 +6,7 @@ import StallmonReport
 
 /// The monitor of one loop thread, whatever kind of loop it is: a `MonitorCore` over the loop thread's source (the
 /// probe the loop stores its busy intervals into, the binding to the loop thread, the iteration's annotations).
-/// `StallMonitor` drives it from a `Looper`'s observers; StallmonNIO from an event loop's selector waits.
+/// `LooperStallMonitor` drives it from a `Looper`'s observers; StallmonNIO from an event loop's selector waits.
 package final class LoopWatch: Sendable {
     private let core: MonitorCore
     private let probe: LoopProbe
@@ -89,7 +89,7 @@ package final class LoopWatch: Sendable {
     /// The kernel thread id the capture is bound to, once the loop thread bound itself.
     package var boundThreadID: Int32? { binding.load()?.tid }
 
-    /// See `StallMonitor.annotate`.
+    /// See `LooperStallMonitor.annotate`.
     package func annotate(_ key: String, _ value: String) {
         annotations.set(key, value, iteration: probe.currentIteration())
     }

@@ -1,6 +1,6 @@
 import Synchronization
 
-/// Key/values the service attaches to the iteration in progress (`StallMonitor.annotate`). Written by the service
+/// Key/values the service attaches to the iteration in progress (`LooperStallMonitor.annotate`). Written by the service
 /// on the loop thread, read by the watchdog; the lock is the service's cost, taken only when it annotates.
 final class IterationAnnotations: Sendable {
     private let storage = Mutex<(iteration: UInt64, values: [String: String])>((0, [:]))

@@ -11,12 +11,12 @@ extension stat {
 }
 
 /// A file-system operation that failed, with the path and the system's reason.
-public struct FileError: Error, CustomStringConvertible, Sendable {
-    public let path: String
-    public let operation: String
-    public let errorNumber: Int32
+package struct FileError: Error, CustomStringConvertible, Sendable {
+    package let path: String
+    package let operation: String
+    package let errorNumber: Int32
     /// Why, when the system's reason for `errorNumber` would not say it (a directory refused as untrusted).
-    public let detail: String?
+    package let detail: String?
 
     package init(path: String, operation: String, errorNumber: Int32, detail: String? = nil) {
         self.path = path
@@ -25,7 +25,7 @@ public struct FileError: Error, CustomStringConvertible, Sendable {
         self.detail = detail
     }
 
-    public var description: String {
+    package var description: String {
         "\(operation) \(path): \(detail ?? String(cString: strerror(errorNumber)))"
     }
 
@@ -35,12 +35,12 @@ public struct FileError: Error, CustomStringConvertible, Sendable {
 }
 
 /// Crash-safe file writes: readers see the old file or the new one, never a torn one.
-public enum AtomicFile {
+package enum AtomicFile {
     /// Writes `bytes` to `path` via a temporary file in the same directory: write all, fsync, rename over `path`,
     /// fsync the directory. The file gets `mode` (default 0600). On failure the temporary file is removed.
     /// `beforePublishing` runs with the temporary file's path once its contents are durable and before the rename,
     /// so whatever it does with the file (e.g. link it into a spool) has happened before `path` shows it.
-    public static func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o600,
+    package static func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o600,
                              beforePublishing: (String) -> Void = { _ in }) throws(FileError) {
         let directory = parentDirectory(of: path)
         let name = path.split(separator: "/").last.map(String.init) ?? path
@@ -99,7 +99,7 @@ public enum AtomicFile {
     /// What exists of the path is checked before anything is created, and each missing component is created alone,
     /// by a path without links, under a directory just checked: nothing is created where another user could have
     /// steered the path (a link of theirs on the way), and a component someone else created meanwhile is checked too.
-    public static func createDirectory(_ path: String, mode: mode_t = 0o700) throws(FileError) {
+    package static func createDirectory(_ path: String, mode: mode_t = 0o700) throws(FileError) {
         var created = 0
         while let missing = try DirectoryTrust.firstMissingComponent(of: path) {
             if mkdir(missing, mode) == 0 {

@@ -21,16 +21,16 @@ import Glibc
 /// This is OpenSSH's rule for `~/.ssh` (StrictModes), applied to every component. Because every entry that decides
 /// where the path leads can be changed only by root or the effective user, the path leads to the same directory at
 /// every later open; files in it are also opened with `O_NOFOLLOW`, as a second line of defence.
-public enum DirectoryTrust {
+package enum DirectoryTrust {
     /// Throws a `FileError` whose description names `path`, the reason and the owner, when `path` cannot be trusted
     /// (or does not exist: `ENOENT`).
-    public static func verify(_ path: String) throws(FileError) {
+    package static func verify(_ path: String) throws(FileError) {
         _ = try walk(path, stoppingAtMissing: false)
     }
 
     /// Like `verify`, but a path that does not exist yet is fine (it will be created 0700) as long as what exists of
     /// it is: used when a monitor is created, so an untrusted directory is refused before anything starts.
-    public static func verifyIfPresent(_ path: String) throws(FileError) {
+    package static func verifyIfPresent(_ path: String) throws(FileError) {
         do {
             _ = try walk(path, stoppingAtMissing: true)
         } catch let error where error.errorNumber == EPERM || error.errorNumber == ELOOP {

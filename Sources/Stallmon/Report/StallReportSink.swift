@@ -36,10 +36,10 @@ public protocol StallReportSink: Sendable {
     /// nothing. Default: false.
     var handlesUploadConfiguration: Bool { get }
 
-    /// Called once by `StallMonitor.start()`, before the first report. Default: nothing.
+    /// Called once by `LooperStallMonitor.start()`, before the first report. Default: nothing.
     func start()
 
-    /// Called once by `StallMonitor.stop()` after the last report was handed over; should return within `deadline`.
+    /// Called once by a monitor's `stop()` after the last report was handed over; should return within `deadline`.
     /// Default: nothing.
     func stop(deadline: Duration)
 }

@@ -8,13 +8,13 @@ import Glibc
 #endif
 
 /// The client side of `ControlSocket`, for `stallmon snapshot` and tests.
-public enum ControlSocketClient {
+package enum ControlSocketClient {
     /// Where process `pid`'s control socket is in `directory`.
-    public static func path(directory: String, pid: Int32) -> String {
+    package static func path(directory: String, pid: Int32) -> String {
         ControlSocket.path(directory: directory, pid: pid)
     }
 
-    public enum Outcome: Sendable, Equatable {
+    package enum Outcome: Sendable, Equatable {
         /// The snapshot report's path.
         case success(String)
         /// Why there is none, in words.
@@ -72,7 +72,7 @@ public enum ControlSocketClient {
     static let maximumReplyBytes = 8192
 
     /// Asks the service listening at `path` for a snapshot; waits up to `timeout` for the reply.
-    public static func requestSnapshot(at path: String, timeout: Duration = .seconds(15)) -> Outcome {
+    package static func requestSnapshot(at path: String, timeout: Duration = .seconds(15)) -> Outcome {
         let descriptor: Int32
         let deadline = MonotonicInstant.now().advanced(by: timeout).nanoseconds
         switch connect(to: path, timeout: min(timeout, .seconds(5))) {

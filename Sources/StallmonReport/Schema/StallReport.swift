@@ -49,7 +49,7 @@ public struct StallReport: Codable, Sendable, Equatable {
     public var hottestStack: HottestStack?
     /// All stack samples merged by function, outermost frames at the roots.
     public var callTree: [CallTreeNode]?
-    /// Key/values the service attached to the stalled iteration (`StallMonitor.annotate`).
+    /// Key/values the service attached to the stalled iteration (`LooperStallMonitor.annotate`).
     public var annotations: [String: String]?
     /// Stalls of the same signature that got no report of their own since the previous one (rate limit).
     public var suppressedBefore: Int?

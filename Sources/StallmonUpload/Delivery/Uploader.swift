@@ -9,23 +9,23 @@ import StallmonReport
 import Synchronization
 
 /// Counters of one uploader.
-public struct UploadStatistics: Sendable, Equatable {
+package struct UploadStatistics: Sendable, Equatable {
     /// Reports acknowledged by the receiver (2xx).
-    public var delivered: Int
+    package var delivered: Int
     /// Reports moved to `rejected/` (non-retryable answer, unreadable, or larger than a body).
-    public var rejected: Int
+    package var rejected: Int
     /// Reports dropped by the spool quotas.
-    public var dropped: Int
+    package var dropped: Int
     /// Requests sent, and those that failed in a retryable way.
-    public var requests: Int
-    public var retryableFailures: Int
+    package var requests: Int
+    package var retryableFailures: Int
     /// Log records the receiver refused inside a 2xx (OTLP partialSuccess).
-    public var partiallyRejectedRecords: Int
+    package var partiallyRejectedRecords: Int
     /// Reports still pending (not counting those delivered but not yet removed).
-    public var pending: Int
+    package var pending: Int
     /// Reports the receiver acknowledged that could not be removed from the spool (a read-only or failing spool):
     /// never sent again by this uploader; their removal is retried with backoff.
-    public var deliveredNotRemoved: Int
+    package var deliveredNotRemoved: Int
 }
 
 /// Delivers the spool to a collector: batches, gzip, OTLP retry rules, quotas. Runs on its own plain thread
@@ -33,9 +33,9 @@ public struct UploadStatistics: Sendable, Equatable {
 ///
 /// At-least-once: an entry leaves `pending/` only after a 2xx. A crash between the receiver's acknowledgement and
 /// the unlink resends the same reports with the same ids, which the receiver can dedupe on.
-public final class Uploader: Sendable {
-    public let configuration: UploadConfiguration
-    public let spool: Spool
+package final class Uploader: Sendable {
+    package let configuration: UploadConfiguration
+    package let spool: Spool
     /// The endpoint as logs may show it: without user, password or query.
     private let endpointForLogs: String
     private let url: String
@@ -71,7 +71,7 @@ public final class Uploader: Sendable {
     private let refused = Mutex<[String: (identity: FileIdentity?, reason: String)]>([:])
 
     /// Validates `configuration` (an endpoint is required here) and resolves the token. Throws before any work.
-    public init(spool: Spool, configuration: UploadConfiguration, logger: Logger) throws(ConfigurationError) {
+    package init(spool: Spool, configuration: UploadConfiguration, logger: Logger) throws(ConfigurationError) {
         try configuration.validate()
         guard let endpoint = configuration.endpoint else {
             throw ConfigurationError("no upload_endpoint configured")
@@ -93,7 +93,7 @@ public final class Uploader: Sendable {
         transport.shutdown()
     }
 
-    public var statistics: UploadStatistics {
+    package var statistics: UploadStatistics {
         UploadStatistics(delivered: counters.delivered.load(ordering: .relaxed),
                          rejected: counters.rejected.load(ordering: .relaxed),
                          dropped: counters.dropped.load(ordering: .relaxed),
@@ -123,7 +123,7 @@ public final class Uploader: Sendable {
     // MARK: - Background mode
 
     /// Starts the upload thread.
-    public func start() {
+    package func start() {
         let started = PosixThread.start(name: "stallmon-upload") { [self] in
             var state = LoopState()
             run(state: &state, until: nil, flushAll: false)
@@ -134,13 +134,13 @@ public final class Uploader: Sendable {
     }
 
     /// A report was spooled: look at the spool now rather than at the next poll.
-    public func notify() {
+    package func notify() {
         wakeSignal.wake()
     }
 
     /// Graceful shutdown: sends what is pending (ignoring batch age) until done, a retryable failure, or `deadline`;
     /// then abandons the request in flight and returns. Nothing pending is deleted without an acknowledgement.
-    public func stop(deadline: Duration = .seconds(5)) {
+    package func stop(deadline: Duration = .seconds(5)) {
         stopDeadline.store(cstallmon_monotonic_ns() + UInt64(max(0, deadline.nanosecondsClamped)), ordering: .relaxed)
         stopping.store(true, ordering: .releasing)
         notify()
@@ -158,7 +158,7 @@ public final class Uploader: Sendable {
     // MARK: - Once mode
 
     /// Sends everything pending now, retrying retryable failures until `deadline`. Returns the statistics after.
-    public func flush(deadline: Duration) -> UploadStatistics {
+    package func flush(deadline: Duration) -> UploadStatistics {
         var state = LoopState()
         run(state: &state, until: cstallmon_monotonic_ns() + UInt64(max(0, deadline.nanosecondsClamped)),
             flushAll: true)

@@ -15,16 +15,16 @@ import StallmonReport
 /// An entry being removed or rejected is first renamed aside (`.aside-…`), checked, then unlinked or moved on; all of
 /// that happens under the sending lock, so an aside that a holder of the lock finds was left by an uploader killed
 /// midway, and is put back (`restoreOrphanedAsides`). No sweep of old temporary files ever takes an aside.
-public struct Spool: Sendable {
-    public let directory: String
+package struct Spool: Sendable {
+    package let directory: String
     /// Called with an aside's path right after an entry was renamed aside, before it is checked: for tests that
     /// make another uploader act in that window.
     package var afterSettingAside: (@Sendable (String) -> Void)?
-    public var pendingDirectory: String { directory + "/pending" }
-    public var rejectedDirectory: String { directory + "/rejected" }
+    package var pendingDirectory: String { directory + "/pending" }
+    package var rejectedDirectory: String { directory + "/rejected" }
 
     /// The spool of a report directory.
-    public init(reportDirectory: String) {
+    package init(reportDirectory: String) {
         let trimmed = reportDirectory.hasSuffix("/") ? String(reportDirectory.dropLast()) : reportDirectory
         directory = trimmed + "/spool"
     }
@@ -35,13 +35,13 @@ public struct Spool: Sendable {
     }
 
     /// The entry name of the report published at `path`: its file name.
-    public static func entryName(forReportAt path: String) -> String {
+    package static func entryName(forReportAt path: String) -> String {
         path.split(separator: "/").last.map(String.init) ?? path
     }
 
     /// Queues the report whose JSON is in `reportPath` (a file on the report directory's file system) for upload,
     /// as entry `name` (default: the file's own name).
-    public func enqueue(reportPath: String, name: String? = nil) throws(FileError) {
+    package func enqueue(reportPath: String, name: String? = nil) throws(FileError) {
         try prepare()
         let name = name ?? Self.entryName(forReportAt: reportPath)
         // A hard link keeps the report's modification time, so the name carries the temporary's own (see
@@ -60,7 +60,7 @@ public struct Spool: Sendable {
     /// leaves it only here. Links such entries back into the report directory (same name, same file), so the two
     /// agree again. Returns how many were restored; never fails (a spool or directory it cannot read is left alone).
     @discardableResult
-    public func restoreUnpublishedReports() -> Int {
+    package func restoreUnpublishedReports() -> Int {
         let reportDirectory = AtomicFile.parentDirectory(of: directory)
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: pendingDirectory) else { return 0 }
         var restored = 0
@@ -76,7 +76,7 @@ public struct Spool: Sendable {
     /// An advisory lock on the spool (`flock` on `spool/.lock`), held by the uploader that is sending, so that an
     /// in-process uploader and a sidecar `stallmon upload --daemon` (or two processes) never send the same entries
     /// at once. Released when the value is released.
-    public final class SendingLock: Sendable {
+    package final class SendingLock: Sendable {
         /// -1 for a lock that coordinates nothing (the lock file could not be opened).
         private let fd: Int32
 
@@ -160,7 +160,7 @@ public struct Spool: Sendable {
 
     /// Pending entries, oldest first. Temporary files of an interrupted enqueue, once older than a minute, are
     /// removed; asides are not entries and are never removed here (see `restoreOrphanedAsides`).
-    public func pending() throws(FileError) -> [SpoolEntry] {
+    package func pending() throws(FileError) -> [SpoolEntry] {
         // Entries are read and sent off the host: a directory another user could fill (with a link to a secret
         // file, say) is refused before anything in it is read.
         var info = stat()
@@ -280,7 +280,7 @@ public struct Spool: Sendable {
     }
 
     /// Names in `rejected/` (reports only).
-    public func rejected() -> [String] {
+    package func rejected() -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: rejectedDirectory)) ?? [])
             .filter { $0.hasSuffix(".json") }.sorted()
     }

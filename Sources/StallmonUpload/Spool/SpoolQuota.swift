@@ -13,12 +13,12 @@ enum SpoolQuota {
 }
 
 /// Spool quotas: beyond them the oldest reports are dropped.
-public struct SpoolLimits: Sendable, Equatable {
-    public var maxReports: Int
-    public var maxBytes: Int
-    public var maxAgeNanoseconds: UInt64
+package struct SpoolLimits: Sendable, Equatable {
+    package var maxReports: Int
+    package var maxBytes: Int
+    package var maxAgeNanoseconds: UInt64
 
-    public init(maxReports: Int, maxBytes: Int, maxAgeNanoseconds: UInt64) {
+    package init(maxReports: Int, maxBytes: Int, maxAgeNanoseconds: UInt64) {
         self.maxReports = maxReports
         self.maxBytes = maxBytes
         self.maxAgeNanoseconds = maxAgeNanoseconds
@@ -26,17 +26,17 @@ public struct SpoolLimits: Sendable, Equatable {
 }
 
 /// One report waiting in the spool.
-public struct SpoolEntry: Sendable, Equatable {
+package struct SpoolEntry: Sendable, Equatable {
     /// File name in `pending/` (chronological: it begins with the stall's UTC start).
-    public var name: String
-    public var bytes: Int
+    package var name: String
+    package var bytes: Int
     /// When it was spooled, nanoseconds since the Unix epoch (the report file's mtime).
-    public var spooledAt: UInt64
+    package var spooledAt: UInt64
     /// The file it was when listed: a delivered entry is removed only if `pending/` still holds that very file (an
     /// interim report replaced by its final one meanwhile stays). Nil: not known (removed by name).
-    public var identity: FileIdentity?
+    package var identity: FileIdentity?
 
-    public init(name: String, bytes: Int, spooledAt: UInt64, identity: FileIdentity? = nil) {
+    package init(name: String, bytes: Int, spooledAt: UInt64, identity: FileIdentity? = nil) {
         self.name = name
         self.bytes = bytes
         self.spooledAt = spooledAt
@@ -45,11 +45,11 @@ public struct SpoolEntry: Sendable, Equatable {
 }
 
 /// A file's device and inode.
-public struct FileIdentity: Hashable, Sendable {
-    public var device: UInt64
-    public var inode: UInt64
+package struct FileIdentity: Hashable, Sendable {
+    package var device: UInt64
+    package var inode: UInt64
 
-    public init(device: UInt64, inode: UInt64) {
+    package init(device: UInt64, inode: UInt64) {
         self.device = device
         self.inode = inode
     }

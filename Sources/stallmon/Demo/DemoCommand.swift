@@ -74,13 +74,13 @@ struct DemoCommand: ParsableCommand {
             print("stallmon demo: signal \(signal), stopping")
             loop.stop()
         }
-        let monitor: StallMonitor
+        let monitor: LooperStallMonitor
         let asyncMonitor: ConcurrencyStallMonitor?
         do {
             // Spooling and upload are StallmonUpload's sink, linked when the configuration asks for them.
             let sinks: [any StallReportSink] = configuration.upload.spoolEnabled
                 ? [try UploadSink(configuration: configuration, logger: logger)] : []
-            monitor = try StallMonitor(loop: loop, configuration: configuration, logger: logger, sinks: sinks)
+            monitor = try LooperStallMonitor(loop: loop, configuration: configuration, logger: logger, sinks: sinks)
             // Before any task runs, when the rotation has the async stall: its task is timed on the global
             // executor (no async main here, so the main actor is left alone).
             asyncMonitor = try DemoService.StallKind.parse(stalls).contains(.async)

@@ -38,10 +38,11 @@ struct LooperMonitoringTests {
     static let modal: LooperMode = "tests.monitor.modal"
 
     private func monitor(_ loop: Looper, _ directory: String, statsInterval: Duration = .seconds(60)) throws
-        -> StallMonitor
+        -> LooperStallMonitor
     {
-        try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100), reportDirectory: directory,
-                                                          loopStatsInterval: statsInterval))
+        try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
+                                                                reportDirectory: directory,
+                                                                loopStatsInterval: statsInterval))
     }
 
     @Test func aNestedRunThatServicesItsSourcesIsNotAStall() throws {

@@ -24,8 +24,9 @@ struct ReportPipelineTests {
         let sink = CountingSink()
         let loops = try (0..<16).map { try Looper(name: "loop-\($0)") }
         let monitors = try loops.map {
-            try StallMonitor(loop: $0, configuration: .init(threshold: .milliseconds(80), reportDirectory: directory),
-                             sinks: [sink])
+            try LooperStallMonitor(loop: $0,
+                                   configuration: .init(threshold: .milliseconds(80), reportDirectory: directory),
+                                   sinks: [sink])
         }
         monitors.forEach { $0.start() }
         let pipeline = try #require(ReportPipeline.existing(for: directory))
@@ -68,8 +69,8 @@ struct ReportPipelineTests {
         let first = makeTemporaryDirectory()
         let second = makeTemporaryDirectory()
         let loop = try Looper(name: "shared")
-        let a = try StallMonitor(loop: loop, configuration: .init(reportDirectory: first))
-        let b = try StallMonitor(loop: loop, configuration: .init(reportDirectory: second + "/"))
+        let a = try LooperStallMonitor(loop: loop, configuration: .init(reportDirectory: first))
+        let b = try LooperStallMonitor(loop: loop, configuration: .init(reportDirectory: second + "/"))
         let pipelineA = try #require(ReportPipeline.existing(for: first))
         let pipelineB = try #require(ReportPipeline.existing(for: second))
         #expect(pipelineA !== pipelineB)
@@ -83,9 +84,9 @@ struct ReportPipelineTests {
     @Test func aMonitorCreatedAfterTheLastOneLeftGetsAFreshPipelineThatWrites() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "again")
-        try StallMonitor(loop: loop, configuration: .init(reportDirectory: directory)).stop()
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                         reportDirectory: directory))
+        try LooperStallMonitor(loop: loop, configuration: .init(reportDirectory: directory)).stop()
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                               reportDirectory: directory))
         monitor.start()
         loop.perform { _ = stallmonTestBusySpin(milliseconds: 120) }
         loop.run(for: .milliseconds(300))

@@ -46,7 +46,7 @@ struct ReportRetentionTests {
         var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
         configuration.reportMaxCount = 2
         let loop = try Looper(name: "retention")
-        let monitor = try StallMonitor(loop: loop, configuration: configuration)
+        let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
         monitor.start()
         postChainedSpins(loop, count: 3, milliseconds: 80)
         loop.run(for: .milliseconds(900))

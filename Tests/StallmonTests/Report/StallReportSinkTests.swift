@@ -45,9 +45,9 @@ struct StallReportSinkTests {
         let directory = makeTemporaryDirectory()
         let sink = RecordingSink()
         let loop = try Looper(name: "sinks")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                         reportDirectory: directory),
-                                       sinks: [sink])
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                               reportDirectory: directory),
+                                             sinks: [sink])
         monitor.start()
         loop.perform(label: "spin") { _ = stallmonTestBusySpin(milliseconds: 120) }
         loop.run(for: .milliseconds(500))
@@ -69,9 +69,9 @@ struct StallReportSinkTests {
         let logs = InMemoryLogHandler()
         let sink = RecordingSink(failWith: "sink is down")
         let loop = try Looper(name: "failing-sink")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                         reportDirectory: directory),
-                                       logger: Logger(label: "test") { _ in logs }, sinks: [sink])
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                               reportDirectory: directory),
+                                             logger: Logger(label: "test") { _ in logs }, sinks: [sink])
         monitor.start()
         postChainedSpins(loop, count: 3, milliseconds: 80)
         loop.run(for: .milliseconds(900))

@@ -34,8 +34,8 @@ struct ControlSocketStopTests {
         var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: reports)
         configuration.loopStatsInterval = .zero  // no other event line blocks the writer first
         let logs = InMemoryLogHandler()
-        let monitor = try StallMonitor(loop: try Looper(name: "control-stop"), configuration: configuration,
-                                       logger: Logger(label: "control-stop") { _ in logs })
+        let monitor = try LooperStallMonitor(loop: try Looper(name: "control-stop"), configuration: configuration,
+                                             logger: Logger(label: "control-stop") { _ in logs })
         monitor.start()
         let socket = ControlSocketClient.path(directory: reports, pid: getpid())
         let asked = Asked()

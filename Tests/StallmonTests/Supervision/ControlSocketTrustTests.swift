@@ -20,10 +20,10 @@ struct ControlSocketTrustTests {
     static let nobody: uid_t = 65534
 
     /// A monitor on a new `Looper` writing to `reports`, logging into `logs`.
-    static func monitor(_ reports: String, _ logs: InMemoryLogHandler, name: String) throws -> StallMonitor {
-        try StallMonitor(loop: try Looper(name: name),
-                         configuration: .init(threshold: .milliseconds(50), reportDirectory: reports),
-                         logger: Logger(label: "control-trust") { _ in logs })
+    static func monitor(_ reports: String, _ logs: InMemoryLogHandler, name: String) throws -> LooperStallMonitor {
+        try LooperStallMonitor(loop: try Looper(name: name),
+                               configuration: .init(threshold: .milliseconds(50), reportDirectory: reports),
+                               logger: Logger(label: "control-trust") { _ in logs })
     }
 
     /// Runs `body` on a thread of its own; false when it has not returned within `timeout` (the thread is left).

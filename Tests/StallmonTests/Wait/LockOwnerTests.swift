@@ -110,8 +110,8 @@ struct LockOwnerMonitorTests {
         -> StallReport
     {
         let loop = try Looper(name: name)
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                               reportDirectory: directory))
         monitor.start()
         loop.perform(label: "wait", block)
         loop.run(for: .milliseconds(500))

@@ -62,10 +62,10 @@ struct WaitTargetParsingTests {
 
 @Suite(.serialized)
 struct WaitTargetMonitorTests {
-    private func monitored(_ name: String, _ directory: String) throws -> (Looper, StallMonitor) {
+    private func monitored(_ name: String, _ directory: String) throws -> (Looper, LooperStallMonitor) {
         let loop = try Looper(name: name)
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                               reportDirectory: directory))
         monitor.start()
         return (loop, monitor)
     }

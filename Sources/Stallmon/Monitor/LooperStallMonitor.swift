@@ -5,21 +5,12 @@ import StallmonLoop
 import StallmonReport
 import Synchronization
 
-/// Why a monitor could not be created.
-public struct StallMonitorError: Error, CustomStringConvertible, Sendable {
-    public let description: String
-
-    package init(description: String) {
-        self.description = description
-    }
-}
-
 /// Watches one `Looper` for stalls: loop iterations busy for longer than the threshold.
 ///
 /// ```swift
 /// let loop = try Looper(name: "main")
-/// let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-///                                                               reportDirectory: "/var/lib/myservice/stalls"))
+/// let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
+///                                                                     reportDirectory: "/var/lib/myservice/stalls"))
 /// monitor.start()
 /// loop.run()
 /// ```
@@ -32,7 +23,7 @@ public struct StallMonitorError: Error, CustomStringConvertible, Sendable {
 /// Several loops can be monitored at once, each by its own monitor. All monitors in a process share one sampling
 /// signal, and all monitors with the same report directory share one writer thread, symbolicator, event-log writer
 /// and each sink instance they were given (see the README's "One process, many loops").
-public final class StallMonitor: Sendable {
+public final class LooperStallMonitor: Sendable {
     /// The loop being watched.
     public let loop: Looper
     /// The validated configuration in effect.
@@ -98,3 +89,7 @@ public final class StallMonitor: Sendable {
         watch.statistics
     }
 }
+
+/// The `Looper`'s monitor under its former, generic name.
+@available(*, deprecated, renamed: "LooperStallMonitor")
+public typealias StallMonitor = LooperStallMonitor

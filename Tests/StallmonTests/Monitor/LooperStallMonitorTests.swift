@@ -15,8 +15,8 @@ struct StallMonitorTests {
     @Test func aStallOf300msIsReportedOnceWithItsDurationAndStack() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "main")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
+                                                                               reportDirectory: directory))
         monitor.start()
         loop.schedule(after: .milliseconds(50), label: "spin-timer") { _ = stallmonTestBusySpin(milliseconds: 300) }
         loop.run(for: .milliseconds(800))
@@ -47,8 +47,8 @@ struct StallMonitorBehaviourTests {
     @Test func theReportDirectoryExistsFromTheStartEvenWithoutAStall() throws {
         let directory = makeTemporaryDirectory() + "/not/yet/there"
         let loop = try Looper(name: "quiet")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
+                                                                               reportDirectory: directory))
         monitor.start()
         var info = stat()
         #expect(stat(directory, &info) == 0, "created at start()")
@@ -75,7 +75,7 @@ struct StallMonitorBehaviourTests {
         #expect(eventually { loop.isRunning })
         let configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
         for cycle in 0..<1000 {
-            let monitor = try StallMonitor(loop: loop, configuration: configuration)
+            let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
             monitor.start()
             if cycle % 3 == 0 { usleep(200) }  // sometimes after the bind, sometimes racing it
             monitor.stop()
@@ -83,7 +83,7 @@ struct StallMonitorBehaviourTests {
         let probe = cstallmon_slot_acquire(cstallmon_gettid())
         #expect(probe >= 0 && probe < CSTALLMON_SLOTS_PER_BLOCK, "no slot leaked by 1,000 cycles: \(probe)")
         cstallmon_slot_release(probe)
-        let monitor = try StallMonitor(loop: loop, configuration: configuration)
+        let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
         monitor.start()
         #expect(eventually(timeout: .seconds(2)) { monitor.statistics.reportsWritten >= 0 })
         usleep(20_000)
@@ -98,8 +98,8 @@ struct StallMonitorBehaviourTests {
     @Test func aLoopIdleInEpollForSecondsProducesNoReport() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "idle")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                               reportDirectory: directory))
         monitor.start()
         loop.schedule(every: .milliseconds(400), label: "rare") {}
         loop.run(for: .milliseconds(1500))
@@ -111,8 +111,8 @@ struct StallMonitorBehaviourTests {
     @Test func blocksQueuedTogetherRunInOnePassAndStallAsOne() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "burst")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
+                                                                               reportDirectory: directory))
         monitor.start()
         for _ in 0..<4 { loop.perform(label: "burst") { _ = stallmonTestBusySpin(milliseconds: 40) } }
         loop.run(for: .milliseconds(500))
@@ -125,8 +125,8 @@ struct StallMonitorBehaviourTests {
     @Test func manyIterationsJustUnderTheThresholdProduceNone() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "almost")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
+                                                                               reportDirectory: directory))
         monitor.start()
         postChainedSpins(loop, count: 12, milliseconds: 70, label: "almost")
         loop.run(for: .milliseconds(1200))
@@ -138,7 +138,7 @@ struct StallMonitorBehaviourTests {
     @Test func aLongStallGetsAnInterimReportReplacedByTheFinalOne() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "long")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
             threshold: .milliseconds(50), interimAfter: .milliseconds(250), reportDirectory: directory))
         monitor.start()
         let seenOngoing = Mutex<StallReport?>(nil)
@@ -180,8 +180,8 @@ struct StallMonitorBehaviourTests {
         let root = makeTemporaryDirectory()
         let directory = root + "/nested/reports"
         let loop = try Looper(name: "files")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                               reportDirectory: directory))
         monitor.start()
         postChainedSpins(loop, count: 3, milliseconds: 90)
         loop.run(for: .milliseconds(800))
@@ -214,9 +214,9 @@ struct StallMonitorBehaviourTests {
         _ = FileManager.default.createFile(atPath: blocker, contents: Data("x".utf8))
         let loop = try Looper(name: "unwritable")
         let logs = InMemoryLogHandler()
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                         reportDirectory: blocker + "/reports"),
-                                       logger: Logger(label: "test") { _ in logs })
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                               reportDirectory: blocker + "/reports"),
+                                             logger: Logger(label: "test") { _ in logs })
         monitor.start()
         let ticks = Atomic<Int>(0)
         loop.schedule(every: .milliseconds(10)) { ticks.wrappingAdd(1, ordering: .relaxed) }
@@ -237,7 +237,8 @@ struct StallMonitorBehaviourTests {
         let first = try Looper(name: "first")
         let second = try Looper(name: "second")
         let monitors = try [first, second].map {
-            try StallMonitor(loop: $0, configuration: .init(threshold: .milliseconds(60), reportDirectory: directory))
+            try LooperStallMonitor(loop: $0,
+                                   configuration: .init(threshold: .milliseconds(60), reportDirectory: directory))
         }
         monitors.forEach { $0.start() }
         first.perform(label: "first.work") { _ = stallmonTestBusySpin(milliseconds: 200) }
@@ -259,8 +260,8 @@ struct StallMonitorBehaviourTests {
     @Test func stoppingMidStallLeavesAnOngoingReport() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "stopped")
-        let monitor = try StallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                         reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
+                                                                               reportDirectory: directory))
         monitor.start()
         loop.perform {
             _ = stallmonTestBusySpin(milliseconds: 150)

@@ -1,11 +1,11 @@
-#if NIO
+#if Lifecycle
 import Foundation
 import Logging
 import ServiceLifecycle
 import Stallmon
 
-/// Something that watches loops and can be started and stopped: `NIOStallMonitor`, `StallMonitor` and
-/// `ConcurrencyStallMonitor`.
+/// Something that watches loops and can be started and stopped: `LooperStallMonitor`, `ConcurrencyStallMonitor`
+/// and StallmonNIO's `NIOStallMonitor`.
 public protocol StallMonitoring: Sendable {
     /// Starts watching.
     func start()
@@ -13,8 +13,7 @@ public protocol StallMonitoring: Sendable {
     func stop()
 }
 
-extension NIOStallMonitor: StallMonitoring {}
-extension StallMonitor: StallMonitoring {}
+extension LooperStallMonitor: StallMonitoring {}
 extension ConcurrencyStallMonitor: StallMonitoring {}
 
 /// Runs stall monitors as a swift-service-lifecycle `Service`: `run()` starts them and, once what they watch has shut
@@ -29,7 +28,7 @@ extension ConcurrencyStallMonitor: StallMonitoring {}
 /// after that group returned:
 ///
 /// ```swift
-/// let monitor = try NIOStallMonitor(group: MultiThreadedEventLoopGroup.singleton)
+/// let monitor = try ConcurrencyStallMonitor()
 /// let group = ServiceGroup(services: [StallMonitorService(monitor, watching: [app])],
 ///                          gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
 /// try await group.run()

@@ -1,0 +1,3 @@
+#if !os(Linux)
+#error("StallmonLifecycle runs on Linux only: the monitors it runs are Linux's (see Sources/Stallmon/Monitor/Platform.swift).")
+#endif
