@@ -16,56 +16,24 @@
 // table that changes after it is published) and hidden from the handler. A replaced table is freed only once no
 // reader can be inside it (a count of the readers: handlers, and the checks and table walks outside them, read after
 // the swap).
+//
+// This file builds, publishes and serves the table; image_check.c checks it against the loaded objects,
+// image_refresher.c rebuilds it off the watchdog, unwinder_patch.c points libunwind at it.
 #include "capture_state.h"
+#include "image_table.h"
 
-#include <dlfcn.h>
-#include <pthread.h>
-#include <elf.h>
-#include <link.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-typedef struct {
-    uintptr_t address;     // dlpi_addr
-    const char *name;      // a copy
-    const ElfW(Phdr) *phdr;  // a copy
-    ElfW(Half) phnum;
-    // Where the loader keeps the image's program headers (in its first mapped segment), read again before each
-    // capture to tell whether the image is still the one the copy describes; 0 when they could not be read at all.
-    uintptr_t live_phdr;
-    // Set (never cleared) by the watchdog's check when the loader no longer has these program headers there: the
-    // image was unloaded or replaced, and the handler must not unwind with the copy.
-    _Atomic int stale;
-} table_image;
-
-typedef struct {
-    uintptr_t low, high;   // an executable PT_LOAD segment
-    size_t image;          // its image's index
-} table_range;
-
-typedef struct image_table image_table;
-
-struct image_table {
-    unsigned long long adds, subs;
-    size_t image_count, range_count;
-    table_image *images;
-    table_range *ranges;   // sorted by low
-    struct image_table *next_retired;
-};
-
-static _Atomic(image_table *) g_table;
-// Readers inside a table (handlers between cstallmon_table_enter and cstallmon_table_exit, the checks, and table
-// walks outside handlers): a replaced table is freed only when this is 0.
-static _Atomic int32_t g_table_readers;
+_Atomic(image_table *) cstallmon_table_current;
+_Atomic int32_t cstallmon_table_readers;
 // The calling thread is inside our handler: dl_iterate_phdr from libunwind serves the table.
 static __thread int tls_in_handler __attribute__((tls_model("initial-exec")));
-// Serializes refreshes (watchdogs of several monitors) and guards the retired list.
-static pthread_mutex_t g_table_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t cstallmon_table_mutex = PTHREAD_MUTEX_INITIALIZER;
 static image_table *g_retired;
-static _Atomic int g_table_patched;
 
 // MARK: - Building (NOT async-signal-safe: runs on the watchdog, under the loader lock for the copy)
 
@@ -214,16 +182,16 @@ static int read_counters(struct dl_phdr_info *info, size_t size, void *context) 
     return 1;  // the counters are the same in every entry: one is enough
 }
 
-// NOT async-signal-safe. Frees retired tables when no handler is inside any table. Call with g_table_mutex held.
-static void free_retired_if_quiet(void) {
+// NOT async-signal-safe. Frees retired tables when no handler is inside any table. Call with cstallmon_table_mutex held.
+void cstallmon_table_free_retired_if_quiet(void) {
     if (!g_retired) return;
     // A handler that loaded a retired table counted itself in first; one that counts itself in now loads the
     // current table. Wait briefly for the readers to leave (a handler takes microseconds), then try next time.
-    for (int spin = 0; spin < 100 && atomic_load(&g_table_readers) != 0; spin++) {
+    for (int spin = 0; spin < 100 && atomic_load(&cstallmon_table_readers) != 0; spin++) {
         struct timespec pause = {.tv_sec = 0, .tv_nsec = 10000};
         nanosleep(&pause, NULL);
     }
-    if (atomic_load(&g_table_readers) != 0) return;
+    if (atomic_load(&cstallmon_table_readers) != 0) return;
     while (g_retired) {
         image_table *next = g_retired->next_retired;
         free(g_retired);
@@ -234,15 +202,15 @@ static void free_retired_if_quiet(void) {
 int cstallmon_table_refresh(void) {
     unsigned long long counters[2] = {0, 0};
     dl_iterate_phdr(read_counters, counters);
-    image_table *current = atomic_load(&g_table);
+    image_table *current = atomic_load(&cstallmon_table_current);
     if (current && current->adds == counters[0] && current->subs == counters[1]) return 0;
-    pthread_mutex_lock(&g_table_mutex);
-    current = atomic_load(&g_table);
+    pthread_mutex_lock(&cstallmon_table_mutex);
+    current = atomic_load(&cstallmon_table_current);
     int result = 0;
     if (!current || current->adds != counters[0] || current->subs != counters[1]) {
         image_table *fresh = build_table();
         if (fresh) {
-            image_table *old = atomic_exchange(&g_table, fresh);
+            image_table *old = atomic_exchange(&cstallmon_table_current, fresh);
             if (old) {
                 old->next_retired = g_retired;
                 g_retired = old;
@@ -252,166 +220,25 @@ int cstallmon_table_refresh(void) {
             result = -1;
         }
     }
-    free_retired_if_quiet();
-    pthread_mutex_unlock(&g_table_mutex);
+    cstallmon_table_free_retired_if_quiet();
+    pthread_mutex_unlock(&cstallmon_table_mutex);
     return result;
-}
-
-// MARK: - Checking the table against the loaded objects (the watchdog, before each capture)
-
-// An object unloaded and another loaded at the same address leave the table describing the first one's segments
-// and unwind tables until the refresher catches up; unwinding the second with them would read its memory at the
-// first one's offsets (garbage frames, or a fault inside the handler). The loader's counters (dlpi_adds,
-// dlpi_subs) cannot be read without its list lock, which the watchdog must never wait for; so instead each image's
-// program headers, which libunwind's lookups rest on, are read again where the loader keeps them and compared with
-// the table's copy. process_vm_readv fails instead of faulting on an address no longer mapped.
-#define CHECK_BATCH 32
-#define CHECK_BUFFER_BYTES 16384
-
-// A stale image found outside a capture (iterate_outside_handler): the next capture's check reports it, so that
-// libunwind's caches are flushed there, as for a change the capture found itself.
-static _Atomic int g_flush_owed;
-
-// NOT async-signal-safe (process_vm_readv is, but this is only ever called outside handlers). Compares the table's
-// images with the loaded ones, flags those that changed stale; 1 when none did.
-static int compare_loaded_images(void) {
-    atomic_fetch_add(&g_table_readers, 1);  // the table is not freed while it is compared
-    const image_table *table = atomic_load(&g_table);
-    int matches = 1;
-    if (table) {
-        unsigned char buffer[CHECK_BUFFER_BYTES];
-        struct iovec local[CHECK_BATCH], remote[CHECK_BATCH];
-        const table_image *batch[CHECK_BATCH];
-        size_t index = 0;
-        const pid_t self = getpid();
-        while (index < table->image_count) {
-            size_t count = 0, used = 0;
-            for (; index < table->image_count && count < CHECK_BATCH; index++) {
-                const table_image *image = &table->images[index];
-                const size_t length = (size_t)image->phnum * sizeof(ElfW(Phdr));
-                if (image->live_phdr == 0 || length == 0 || atomic_load(&image->stale)) continue;
-                if (used + length > sizeof buffer) break;
-                local[count] = (struct iovec){.iov_base = buffer + used, .iov_len = length};
-                remote[count] = (struct iovec){.iov_base = (void *)image->live_phdr, .iov_len = length};
-                batch[count++] = image;
-                used += length;
-            }
-            if (count == 0) {
-                if (index < table->image_count && (size_t)table->images[index].phnum * sizeof(ElfW(Phdr)) > sizeof buffer) {
-                    index++;  // program headers too many to compare (never seen): that image is not checked
-                }
-                continue;
-            }
-            // A short read stops at the first image whose headers are no longer mapped (it was unloaded); the
-            // images after it in the batch are read one by one.
-            const ssize_t got = process_vm_readv(self, local, count, remote, count, 0);
-            size_t read_through = got < 0 ? 0 : (size_t)got;
-            for (size_t item = 0; item < count; item++) {
-                int same;
-                if (read_through >= local[item].iov_len) {
-                    read_through -= local[item].iov_len;
-                    same = memcmp(local[item].iov_base, batch[item]->phdr, local[item].iov_len) == 0;
-                } else {
-                    read_through = 0;
-                    same = process_vm_readv(self, &local[item], 1, &remote[item], 1, 0) ==
-                               (ssize_t)local[item].iov_len &&
-                           memcmp(local[item].iov_base, batch[item]->phdr, local[item].iov_len) == 0;
-                }
-                if (!same) {
-                    atomic_store((_Atomic int *)&batch[item]->stale, 1);
-                    matches = 0;
-                }
-            }
-        }
-    }
-    atomic_fetch_sub(&g_table_readers, 1);
-    return matches;
-}
-
-int cstallmon_table_check_loaded_images(void) {
-    const int matches = compare_loaded_images();
-    return atomic_exchange(&g_flush_owed, 0) ? 0 : matches;
-}
-
-// MARK: - The refresher thread (NOT async-signal-safe)
-
-// dl_iterate_phdr waits for the loader's list lock, which a thread may hold for long (a dl_iterate_phdr callback
-// that does real work, a slow dlclose): the watchdog must never wait for it. A thread of its own refreshes the table
-// when a capture asks; the capture goes on with the table as it is.
-static _Atomic uint32_t g_refresh_requests;  // futex word
-static _Atomic int g_refresher_started;
-
-// NOT async-signal-safe: the refresher thread's body (all signals blocked on it).
-static void *refresher_main(void *unused) {
-    (void)unused;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    uint32_t served = atomic_load(&g_refresh_requests);
-    for (;;) {
-        const uint32_t requested = atomic_load(&g_refresh_requests);
-        if (requested == served) {
-            struct timespec idle = {.tv_sec = 1, .tv_nsec = 0};  // and retired tables get freed now and then
-            syscall(SYS_futex, (int32_t *)&g_refresh_requests, FUTEX_WAIT_PRIVATE, (int32_t)served, &idle, NULL, 0);
-            if (atomic_load(&g_refresh_requests) == served) {
-                pthread_mutex_lock(&g_table_mutex);
-                free_retired_if_quiet();
-                pthread_mutex_unlock(&g_table_mutex);
-            }
-            continue;
-        }
-        served = requested;
-        cstallmon_table_refresh();
-    }
-    return NULL;
-}
-
-int cstallmon_table_start_refresher(void) {
-    int expected = 0;
-    if (!atomic_compare_exchange_strong(&g_refresher_started, &expected, 1)) return 0;
-    pthread_attr_t attributes;
-    pthread_attr_init(&attributes);
-    pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attributes, 256 * 1024);
-    pthread_t thread;
-    const int created = pthread_create(&thread, &attributes, refresher_main, NULL);
-    pthread_attr_destroy(&attributes);
-    if (created != 0) {
-        atomic_store(&g_refresher_started, 0);
-        return -1;
-    }
-    pthread_setname_np(thread, "stallmon-images");
-    return 0;
-}
-
-// At most one wake-up of the refresher per this interval: waking a thread is a context switch on a machine whose
-// cores the captured thread needs too. An object loaded within it may end a stack as unknown-image until then.
-#define CSTALLMON_REFRESH_INTERVAL_NS (20 * 1000000ULL)
-static _Atomic uint64_t g_last_refresh_request_ns;
-
-void cstallmon_table_request_refresh(int urgent) {
-    const uint64_t now = monotonic_ns();
-    uint64_t last = atomic_load_explicit(&g_last_refresh_request_ns, memory_order_relaxed);
-    if (!urgent && now - last < CSTALLMON_REFRESH_INTERVAL_NS) return;
-    if (!atomic_compare_exchange_strong(&g_last_refresh_request_ns, &last, now)) return;  // another watchdog did
-    atomic_fetch_add(&g_refresh_requests, 1);
-    syscall(SYS_futex, (int32_t *)&g_refresh_requests, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 // MARK: - Reading (async-signal-safe: atomics and reads of the immutable table)
 
 void cstallmon_table_enter(void) {
-    atomic_fetch_add(&g_table_readers, 1);
+    atomic_fetch_add(&cstallmon_table_readers, 1);
     tls_in_handler = 1;
 }
 
 void cstallmon_table_exit(void) {
     tls_in_handler = 0;
-    atomic_fetch_sub(&g_table_readers, 1);
+    atomic_fetch_sub(&cstallmon_table_readers, 1);
 }
 
 int cstallmon_table_range_of(uintptr_t address, uintptr_t *low_out, uintptr_t *high_out) {
-    const image_table *table = atomic_load(&g_table);
+    const image_table *table = atomic_load(&cstallmon_table_current);
     if (!table) return 0;
     size_t low = 0, high = table->range_count;
     while (low < high) {  // the last range starting at or below `address`
@@ -432,7 +259,7 @@ int cstallmon_table_range_of(uintptr_t address, uintptr_t *low_out, uintptr_t *h
 // Async-signal-safe (reads of the immutable table, and libunwind's callback). Serves `callback` the table's images
 // as dl_iterate_phdr would, skipping those found stale.
 static int walk_table(int (*callback)(struct dl_phdr_info *, size_t, void *), void *data) {
-    const image_table *table = atomic_load(&g_table);
+    const image_table *table = atomic_load(&cstallmon_table_current);
     if (!table) return 0;  // nothing known: libunwind falls back to its frame-chain heuristic
     for (size_t index = 0; index < table->image_count; index++) {
         const table_image *image = &table->images[index];
@@ -468,12 +295,12 @@ static int iterate_outside_handler(int (*callback)(struct dl_phdr_info *, size_t
         pthread_mutex_unlock(lock);
         return result;
     }
-    const int changed = !compare_loaded_images();
-    if (changed) atomic_store(&g_flush_owed, 1);
+    const int changed = !cstallmon_table_compare_loaded_images();
+    if (changed) atomic_store(&cstallmon_table_flush_owed, 1);
     cstallmon_table_request_refresh(changed);
-    atomic_fetch_add(&g_table_readers, 1);  // the table is not freed while it is walked
+    atomic_fetch_add(&cstallmon_table_readers, 1);  // the table is not freed while it is walked
     const int result = walk_table(callback, data);
-    atomic_fetch_sub(&g_table_readers, 1);
+    atomic_fetch_sub(&cstallmon_table_readers, 1);
     return result;
 }
 
@@ -481,110 +308,8 @@ static int iterate_outside_handler(int (*callback)(struct dl_phdr_info *, size_t
 // (async-signal-safe): the table. Outside it: the loader, never waited for long (iterate_outside_handler).
 // (The bench's and the fault suite's through-the-loader mode, the design before the table, is exactly dl_iterate_phdr
 // for everyone: its handler does not count itself in.)
-static int table_dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *), void *data) {
+int cstallmon_table_dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *), void *data) {
     if (atomic_load_explicit(&g_state.through_loader, memory_order_relaxed)) return dl_iterate_phdr(callback, data);
     if (!tls_in_handler) return iterate_outside_handler(callback, data);
     return walk_table(callback, data);
 }
-
-// MARK: - Pointing libunwind at the table (NOT async-signal-safe: once, at install)
-
-#define CSTALLMON_STRINGIFY2(name) #name
-#define CSTALLMON_STRINGIFY(name) CSTALLMON_STRINGIFY2(name)
-
-#if defined(__x86_64__)
-#define RELOCATION_JUMP_SLOT R_X86_64_JUMP_SLOT
-#define RELOCATION_GLOB_DAT R_X86_64_GLOB_DAT
-#elif defined(__aarch64__)
-#define RELOCATION_JUMP_SLOT R_AARCH64_JUMP_SLOT
-#define RELOCATION_GLOB_DAT R_AARCH64_GLOB_DAT
-#endif
-
-typedef struct {
-    uintptr_t base;
-    uintptr_t relro_low, relro_high;
-} relro_search;
-
-// NOT async-signal-safe (a dl_iterate_phdr callback, at install). Finds the PT_GNU_RELRO range of one image.
-static int find_relro(struct dl_phdr_info *info, size_t size, void *context) {
-    (void)size;
-    relro_search *search = context;
-    if (info->dlpi_addr != search->base) return 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        if (info->dlpi_phdr[i].p_type != PT_GNU_RELRO) continue;
-        search->relro_low = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
-        search->relro_high = search->relro_low + info->dlpi_phdr[i].p_memsz;
-    }
-    return 1;
-}
-
-// NOT async-signal-safe (mprotect; at install only). Writes `value` into the GOT slot at `slot`, making its page writable for the write if RELRO made it read-only.
-static int write_slot(void **slot, void *value, const relro_search *relro) {
-    const uintptr_t page_size = g_state.page_size ? g_state.page_size : 4096;
-    const uintptr_t page = (uintptr_t)slot & ~(page_size - 1);
-    const int protected_slot = (uintptr_t)slot >= relro->relro_low && (uintptr_t)slot < relro->relro_high;
-    if (protected_slot && mprotect((void *)page, page_size, PROT_READ | PROT_WRITE) != 0) return -1;
-    __atomic_store_n(slot, value, __ATOMIC_RELEASE);  // one aligned word: a concurrent caller sees old or new
-    if (protected_slot) mprotect((void *)page, page_size, PROT_READ);
-    return 0;
-}
-
-int cstallmon_table_patch_unwinder(void) {
-#if defined(RELOCATION_JUMP_SLOT)
-    if (atomic_load(&g_table_patched)) return 0;
-    // The library that holds libunwind's local unwinder: where its step function is.
-    void *step = dlsym(RTLD_DEFAULT, CSTALLMON_STRINGIFY(unw_step));
-    Dl_info info;
-    struct link_map *map = NULL;
-    if (!step || !dladdr1(step, &info, (void **)&map, RTLD_DL_LINKMAP) || !map || !map->l_ld) return -1;
-    const uintptr_t base = map->l_addr;
-    // glibc relocates these d_ptr values in place on most targets; add the base where it did not.
-#define ADJUST(pointer) ((uintptr_t)(pointer) < base ? (uintptr_t)(pointer) + base : (uintptr_t)(pointer))
-    const ElfW(Sym) *symbols = NULL;
-    const char *strings = NULL;
-    const ElfW(Rela) *plt = NULL, *rela = NULL;
-    size_t plt_size = 0, rela_size = 0, string_size = 0;
-    for (const ElfW(Dyn) *entry = map->l_ld; entry->d_tag != DT_NULL; entry++) {
-        switch (entry->d_tag) {
-        case DT_SYMTAB: symbols = (const ElfW(Sym) *)ADJUST(entry->d_un.d_ptr); break;
-        case DT_STRTAB: strings = (const char *)ADJUST(entry->d_un.d_ptr); break;
-        case DT_STRSZ: string_size = entry->d_un.d_val; break;
-        case DT_JMPREL: plt = (const ElfW(Rela) *)ADJUST(entry->d_un.d_ptr); break;
-        case DT_PLTRELSZ: plt_size = entry->d_un.d_val; break;
-        case DT_RELA: rela = (const ElfW(Rela) *)ADJUST(entry->d_un.d_ptr); break;
-        case DT_RELASZ: rela_size = entry->d_un.d_val; break;
-        default: break;
-        }
-    }
-#undef ADJUST
-    if (!symbols || !strings) return -1;
-    relro_search relro = {.base = base};
-    dl_iterate_phdr(find_relro, &relro);
-    int patched = 0;
-    const struct {
-        const ElfW(Rela) *table;
-        size_t size;
-    } tables[] = {{plt, plt_size}, {rela, rela_size}};
-    for (size_t t = 0; t < 2; t++) {
-        if (!tables[t].table) continue;
-        for (size_t i = 0; i < tables[t].size / sizeof(ElfW(Rela)); i++) {
-            const ElfW(Rela) *relocation = &tables[t].table[i];
-            const uint32_t type = (uint32_t)ELF64_R_TYPE(relocation->r_info);
-            if (type != RELOCATION_JUMP_SLOT && type != RELOCATION_GLOB_DAT) continue;
-            const ElfW(Word) name = symbols[ELF64_R_SYM(relocation->r_info)].st_name;
-            if (string_size && name >= string_size) continue;
-            if (strcmp(strings + name, "dl_iterate_phdr") != 0) continue;
-            if (write_slot((void **)(base + relocation->r_offset), (void *)table_dl_iterate_phdr, &relro) == 0) {
-                patched++;
-            }
-        }
-    }
-    if (patched == 0) return -1;
-    atomic_store(&g_table_patched, 1);
-    return 0;
-#else
-    return -1;
-#endif
-}
-
-int cstallmon_table_is_patched(void) { return atomic_load(&g_table_patched); }

@@ -5,6 +5,7 @@
 
 #include "CStallmonConcurrency.h"
 #include "CStallmonLoopShims.h"
+#include "cstallmon_histogram.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -528,12 +529,12 @@ static inline __attribute__((always_inline)) void run_timed(swift_job *job, uint
     job_ends(probe, t_stats, timing);
 }
 
-static void run_timed_job(void *context) {
+static void cstallmon_run_timed_job(void *context) {
     run_timed(context, 0);
 }
 
 // A main-actor job, on the main queue: run on the main executor, as the runtime's own main executor runs it.
-static void run_timed_main_job(void *context) {
+static void cstallmon_run_timed_main_job(void *context) {
     run_timed(context, JOB_ON_MAIN_ACTOR);
 }
 
@@ -543,7 +544,7 @@ void cstallmon_concurrency_enqueue_main(void *job) {
     if (atomic_load_explicit(&g_state.statistics, memory_order_relaxed)) {
         *(uint64_t *)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_0) = job_clock_now();
     }
-    dispatch_async_f(&_dispatch_main_q, job, run_timed_main_job);
+    dispatch_async_f(&_dispatch_main_q, job, cstallmon_run_timed_main_job);
 }
 
 // MARK: - The hooks (any thread that enqueues a job)
@@ -582,35 +583,35 @@ static void prepare(swift_job *job, uint64_t delay_ns) {
     *(uint64_t *)((uint8_t *)job + JOB_SCHEDULER_PRIVATE_0) = due;
 }
 
-static SWIFTCC void enqueue_global(swift_job *job, enqueue_global_original original) {
+static SWIFTCC void cstallmon_enqueue_global(swift_job *job, enqueue_global_original original) {
     (void)original;
     prepare(job, 0);
-    dispatch_async_f(queue_for(job_priority(job)), job, run_timed_job);
+    dispatch_async_f(queue_for(job_priority(job)), job, cstallmon_run_timed_job);
 }
 
-static void enqueue_after(int64_t delay_ns, swift_job *job) {
+static void cstallmon_enqueue_after(int64_t delay_ns, swift_job *job) {
     prepare(job, delay_ns > 0 ? (uint64_t)delay_ns : 0);
     dispatch_queue_t queue = queue_for(job_priority(job));
     if (delay_ns <= 0) {
-        dispatch_async_f(queue, job, run_timed_job);
+        dispatch_async_f(queue, job, cstallmon_run_timed_job);
     } else {
-        dispatch_after_f(dispatch_time(DISPATCH_TIME_NOW, delay_ns), queue, job, run_timed_job);
+        dispatch_after_f(dispatch_time(DISPATCH_TIME_NOW, delay_ns), queue, job, cstallmon_run_timed_job);
     }
 }
 
-static SWIFTCC void enqueue_with_delay(unsigned long long delay, swift_job *job, enqueue_delay_original original) {
+static SWIFTCC void cstallmon_enqueue_with_delay(unsigned long long delay, swift_job *job, enqueue_delay_original original) {
     (void)original;
     if (delay > (unsigned long long)INT64_MAX) {
         prepare(job, UINT64_MAX);
-        dispatch_after_f(DISPATCH_TIME_FOREVER, queue_for(job_priority(job)), job, run_timed_job);
+        dispatch_after_f(DISPATCH_TIME_FOREVER, queue_for(job_priority(job)), job, cstallmon_run_timed_job);
         return;
     }
-    enqueue_after((int64_t)delay, job);
+    cstallmon_enqueue_after((int64_t)delay, job);
 }
 
 // A deadline on the job's own clock becomes a delay from now on that clock (the tolerance is not used: the job
 // runs on time rather than up to the tolerance late). A clock this code does not know goes to the runtime.
-static SWIFTCC void enqueue_with_deadline(long long sec, long long nsec, long long tsec, long long tnsec, int clock,
+static SWIFTCC void cstallmon_enqueue_with_deadline(long long sec, long long nsec, long long tsec, long long tnsec, int clock,
                                           swift_job *job, enqueue_deadline_original original) {
     (void)tsec;
     (void)tnsec;
@@ -622,15 +623,15 @@ static SWIFTCC void enqueue_with_deadline(long long sec, long long nsec, long lo
     swift_get_time(&now_sec, &now_nsec, clock);
     __int128 delay = ((__int128)sec - now_sec) * 1000000000 + ((__int128)nsec - now_nsec);
     if (delay <= 0) {
-        enqueue_after(0, job);  // due already (or long ago: no narrowing of a huge negative delay)
+        cstallmon_enqueue_after(0, job);  // due already (or long ago: no narrowing of a huge negative delay)
         return;
     }
     if (delay > INT64_MAX) {
         prepare(job, UINT64_MAX);
-        dispatch_after_f(DISPATCH_TIME_FOREVER, queue_for(job_priority(job)), job, run_timed_job);
+        dispatch_after_f(DISPATCH_TIME_FOREVER, queue_for(job_priority(job)), job, cstallmon_run_timed_job);
         return;
     }
-    enqueue_after((int64_t)delay, job);
+    cstallmon_enqueue_after((int64_t)delay, job);
 }
 
 // MARK: - Install
@@ -650,12 +651,12 @@ static void unswap_hook(void **variable, void *hook) {
 // The global hook goes first because it is the one another party (NIO's executor take-over) is likely to hold: when
 // it is taken, nothing of ours was ever set and no job went through this target. Only then the delayed ones: were
 // they set first, a job enqueued through them in the window before a refused global hook would run through this
-// target later (run_timed_job registers its worker with the exit key), after the install had given up.
+// target later (cstallmon_run_timed_job registers its worker with the exit key), after the install had given up.
 // Async-signal-safe (compare-and-swaps only).
 int cstallmon_concurrency_swap_hooks(void **global, void **delay, void **deadline, unsigned *ever_set) {
-    enqueue_global_hook global_hook = enqueue_global;
-    enqueue_delay_hook delay_hook = enqueue_with_delay;
-    enqueue_deadline_hook deadline_hook = enqueue_with_deadline;
+    enqueue_global_hook global_hook = cstallmon_enqueue_global;
+    enqueue_delay_hook delay_hook = cstallmon_enqueue_with_delay;
+    enqueue_deadline_hook deadline_hook = cstallmon_enqueue_with_deadline;
     unsigned set = 0;
     int outcome = CSTALLMON_HOOKS_SET;
     if (!swap_hook(global, (void *)global_hook)) {
@@ -963,7 +964,7 @@ static struct {
     _Atomic uint64_t started;  // job-clock ticks; 0 until it ran
 } g_canary;
 
-static void canary_run(void *context) {
+static void cstallmon_canary_run(void *context) {
     (void)context;
     atomic_store_explicit(&g_canary.started, job_clock_now(), memory_order_relaxed);
     atomic_store_explicit(&g_canary.outstanding, 0, memory_order_release);
@@ -978,7 +979,7 @@ int cstallmon_concurrency_send_canary(void) {
     }
     atomic_store_explicit(&g_canary.started, 0, memory_order_relaxed);
     atomic_store_explicit(&g_canary.sent, job_clock_now(), memory_order_relaxed);
-    dispatch_async_f(queue_for(0x15), NULL, canary_run);
+    dispatch_async_f(queue_for(0x15), NULL, cstallmon_canary_run);
     return 1;
 }
 

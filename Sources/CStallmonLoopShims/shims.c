@@ -68,7 +68,9 @@ int cstallmon_epoll_wait(int epfd, cstallmon_ready_event *out, int max_events, i
             int64_t ms = (timeout_ns + 999999LL) / 1000000LL;
             timeout_ms = ms > INT32_MAX ? INT32_MAX : (int)ms;
         }
-        count = epoll_wait(epfd, events, max_events, timeout_ms);
+        // epoll_pwait with no mask is epoll_wait; called by its own name so that the program-wide epoll_wait
+        // StallmonNIO defines (CStallmonNIOHook, timing NIO's selector waits) never times the Looper's waits.
+        count = epoll_pwait(epfd, events, max_events, timeout_ms, NULL);
     }
 copy:
     for (int i = 0; i < count; i++) {

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include <sys/types.h>
+#include "cstallmon_histogram.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,7 +37,7 @@ int cstallmon_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token);
 int cstallmon_epoll_remove(int epfd, int fd);
 
 /// Waits for at most `max_events` ready descriptors, at most `timeout_ns` nanoseconds (negative: forever, 0: poll).
-/// Uses epoll_pwait2 for nanosecond timeouts and falls back to epoll_wait (timeout rounded up to a millisecond)
+/// Uses epoll_pwait2 for nanosecond timeouts and falls back to epoll_pwait (timeout rounded up to a millisecond)
 /// on kernels without it. Returns the count, or -1 with errno; EINTR is returned to the caller, who retries.
 /// Async-signal-safe (syscalls only) but pointless in a handler.
 int cstallmon_epoll_wait(int epfd, cstallmon_ready_event *events, int max_events, int64_t timeout_ns);
@@ -76,40 +77,6 @@ uint64_t cstallmon_monotonic_ns(void);
 /// Swift cannot declare. Async-signal-safe (a thread-local read or write).
 void *cstallmon_loop_current(void);
 void cstallmon_loop_set_current(void *loop);
-
-// MARK: - Busy-time histogram (log-linear buckets, one writer)
-
-/// Log-linear buckets: values below 32 ns have a bucket each; above, every power of two is split into 16 equal
-/// buckets, so a bucket is at most 1/16 of its lower bound wide and its midpoint within 3.2 % of any value in it.
-/// The last bucket holds everything from 2^36 ns (68.7 s) up.
-enum {
-    CSTALLMON_HISTOGRAM_SUB_BITS = 4,
-    CSTALLMON_HISTOGRAM_LINEAR = 32,
-    CSTALLMON_HISTOGRAM_MAX_EXPONENT = 36,
-    CSTALLMON_HISTOGRAM_BUCKETS = 32 + (36 - 5) * 16 + 1,
-};
-
-/// The bucket of `nanoseconds`. Async-signal-safe (arithmetic only).
-static inline uint32_t cstallmon_histogram_bucket(uint64_t nanoseconds) {
-    if (nanoseconds < CSTALLMON_HISTOGRAM_LINEAR) return (uint32_t)nanoseconds;
-    uint32_t exponent = 63u - (uint32_t)__builtin_clzll(nanoseconds);
-    if (exponent >= CSTALLMON_HISTOGRAM_MAX_EXPONENT) return CSTALLMON_HISTOGRAM_BUCKETS - 1;
-    uint32_t mantissa = (uint32_t)(nanoseconds >> (exponent - CSTALLMON_HISTOGRAM_SUB_BITS)) & 15u;
-    return CSTALLMON_HISTOGRAM_LINEAR + (exponent - 5u) * 16u + mantissa;
-}
-
-/// Counts one value. Only one thread may record into `buckets` (the loop thread), so a relaxed load and store
-/// replace a locked read-modify-write; readers on other threads see each count whole (aligned 64-bit accesses).
-/// Async-signal-safe.
-static inline void cstallmon_histogram_record(uint64_t *buckets, uint64_t nanoseconds) {
-    uint64_t *bucket = buckets + cstallmon_histogram_bucket(nanoseconds);
-    __atomic_store_n(bucket, __atomic_load_n(bucket, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-}
-
-/// Reads one bucket's count from any thread. Async-signal-safe.
-static inline uint64_t cstallmon_histogram_count(const uint64_t *buckets, uint32_t index) {
-    return __atomic_load_n(buckets + index, __ATOMIC_RELAXED);
-}
 
 #ifdef __cplusplus
 }

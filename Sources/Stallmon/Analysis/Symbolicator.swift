@@ -363,13 +363,12 @@ final class Symbolicator {
     static let ownCTargets = ["CStallmonCapture", "CStallmonConcurrency", "CStallmonNIOHook", "CStallmonLoopShims",
                               "CStallmonSymbols", "CStallmonCLI"]
     /// Functions stallmon's C code defines without the `cstallmon_` prefix that a sample of a monitored thread can
-    /// catch: StallmonNIO's interposed `epoll_wait` (CStallmonNIOHook/hook.c; in a non-system image that name is
-    /// stallmon's hook or a statically linked libc's, not the service's work), and the global executor's job runners
-    /// and hooks (CStallmonConcurrency/executor.c; `run_timed` and `run_job` are always inlined, so only DWARF,
-    /// which names the file, shows them). Used only for frames without a DWARF source file, which decides otherwise.
-    static let ownUnprefixedCFunctions = ["epoll_wait", "run_timed_job", "run_timed_main_job", "enqueue_global",
-                                          "enqueue_with_delay", "enqueue_with_deadline", "enqueue_after",
-                                          "canary_run"]
+    /// catch: only StallmonNIO's interposed `epoll_wait` (CStallmonNIOHook/hook.c; it must carry libc's name; in a
+    /// non-system image that name is stallmon's hook or a statically linked libc's, not the service's work). Every
+    /// other function of stallmon's C code is prefixed, its static ones included, but for the global executor's
+    /// `run_timed` and `run_job`, which are always inlined, so only DWARF, which names the file, shows them. Used only
+    /// for frames without a DWARF source file, which decides otherwise.
+    static let ownUnprefixedCFunctions = ["epoll_wait"]
 
     /// Stallmon's own code and compiler glue, which is never where the user's work is.
     static let ownPrefixes = ["StallmonLoop.", "Stallmon.", "StallmonReport.", "StallmonUpload.", "StallmonNIO.",
