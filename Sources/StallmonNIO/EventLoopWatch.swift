@@ -64,7 +64,8 @@ final class EventLoopWatch: Sendable {
         var target = [CChar](repeating: 0, count: 64)
         let length = readlink("/proc/self/fd/\(descriptor)", &target, target.count - 1)
         guard length > 0 else { return nil }
-        return String(cString: target) == "anon_inode:[eventpoll]" ? descriptor : nil
+        let name = String(decoding: target.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return name == "anon_inode:[eventpoll]" ? descriptor : nil
     }
 
     /// Selector waits that began through the hook since it was installed.

@@ -245,7 +245,7 @@ struct NIOStallMonitorTests {
         monitor.start()
         let loop = group.next()
         for _ in 0..<20 {
-            try loop.submit { usleep(3_000) }.wait()  // 3 ms busy
+            _ = try loop.submit { usleep(3_000) }.wait()  // 3 ms busy
             usleep(5_000)  // the loop goes back to its selector: one tick per task
         }
         let statistics = try #require(monitor.statisticsByLoop.values.first).loop

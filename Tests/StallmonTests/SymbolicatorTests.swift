@@ -96,7 +96,7 @@ struct SymbolicatorTests {
         // A SwiftPM build directory elsewhere (--build-path): it holds workspace-state.json.
         let scratch = NSTemporaryDirectory() + "stallmon-scratch-\(getpid())"
         try? FileManager.default.createDirectory(atPath: scratch + "/checkouts", withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: scratch + "/workspace-state.json", contents: Data("{}".utf8))
+        _ = FileManager.default.createFile(atPath: scratch + "/workspace-state.json", contents: Data("{}".utf8))
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         #expect(!inApp("static Ledger.Book.post() -> ()", file: scratch + "/checkouts/ledger/Sources/Ledger/Book.swift"),
                 "a checkout under any --build-path")

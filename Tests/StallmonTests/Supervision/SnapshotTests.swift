@@ -39,7 +39,7 @@ struct SnapshotTests {
 
     /// Lets the fixture finish (its release file), then makes sure it is gone.
     static func release(_ child: ChildProcess, root: String) {
-        FileManager.default.createFile(atPath: root + "/release", contents: nil)
+        _ = FileManager.default.createFile(atPath: root + "/release", contents: nil)
         _ = child.wait(timeout: .seconds(10))
         child.kill()
     }
