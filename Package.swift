@@ -16,10 +16,10 @@ import PackageDescription
 //                   the `NIO` trait (on by default), and re-exports StallmonLifecycle
 //   StallmonLifecycle  runs monitors as a swift-service-lifecycle Service (StallMonitorService), with or without NIO;
 //                   behind the `Lifecycle` trait (on by default, and with NIO)
-//   stallmon        the CLI (demo, report, show, tail, symbolicate, upload): links everything
-// C targets hold what Swift cannot do or import: CStallmonLoopShims (epoll, eventfd, timerfd), CStallmonCapture (the
-// signal handler and libunwind capture), CStallmonSymbols (libdw symbolication), CStallmonConcurrency (the global
-// executor's hooks and per-worker probes).
+//   stallmon        the CLI (demo, report, show, tail, symbolicate, snapshot, upload): links everything
+// C targets hold what Swift cannot do or import: CStallmonLoopShims (epoll, eventfd, ppoll; the clock),
+// CStallmonCapture (the signal handler and libunwind capture), CStallmonSymbols (libdw symbolication),
+// CStallmonConcurrency (the global executor's hooks and per-worker probes).
 // Linux only: the capture, the loop and /proc are Linux's (see Sources/Stallmon/Monitor/Platform.swift).
 let package = Package(
     name: "stallmon",

@@ -28,6 +28,8 @@ if ! python3 -c "import opentelemetry.proto.collector.logs.v1.logs_service_pb2" 
         || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages opentelemetry-proto
 fi
 swift build --build-tests
+# The documentation builds with warnings as errors: a broken symbol or article link fails here.
+bash scripts/docs.sh
 # The real Hummingbird 2 service HummingbirdServiceTests drives: a package of its own under Tests/, so the stallmon
 # package never depends on Hummingbird. Built here, and required: the tests fail rather than skip without it.
 # SwiftPM keeps its build plan (debug.yaml) across runs and does not see a source file added to a path dependency

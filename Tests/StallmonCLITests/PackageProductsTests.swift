@@ -56,32 +56,21 @@ struct PackageProductsTests {
         #expect(byName["StallmonUpload"]?.contains("AsyncHTTPClient") == true, "the transport moved to StallmonUpload")
     }
 
-    /// Every ```swift block of the README but the Package.swift excerpts, as a file that compiles it unchanged: the
-    /// block's imports first, the rest as the body of a function.
+    /// Every ```swift block of the documentation (README and articles) but the Package.swift excerpts, as a file
+    /// that compiles it unchanged: the block's imports first, the rest as the body of a function.
     static func readmeSwiftSnippets() throws -> [String] {
-        let readme = try String(contentsOfFile: repository + "/README.md", encoding: .utf8)
-        var snippets: [String] = []
-        var current: [String]?
-        for line in readme.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
-            if current == nil, line == "```swift" {
-                current = []
-            } else if let lines = current, line == "```" {
-                current = nil
-                guard !(lines.first ?? "").hasPrefix("// Package.swift") else { continue }
-                // StallmonNIO snippets need the NIO trait; StallmonNIOTests compiles them (ReadmeSnippets.swift).
-                guard !lines.contains("import StallmonNIO") else { continue }
-                // The Hummingbird middleware is compiled by Tests/HummingbirdService (HummingbirdServiceTests).
-                guard !lines.contains("import Hummingbird") else { continue }
-                let imports = lines.filter { $0.hasPrefix("import ") }
-                let body = lines.filter { !$0.hasPrefix("import ") }
-                let index = snippets.count
-                snippets.append((imports + ["", "func readmeSnippet\(index)() throws {"] + body + ["}"])
-                    .joined(separator: "\n") + "\n")
-            } else if current != nil {
-                current!.append(line)
-            }
+        var sources: [String] = []
+        for snippet in try DocumentedSnippets.all(repository: repository) {
+            guard !(snippet.lines.first ?? "").hasPrefix("// Package.swift") else { continue }
+            // StallmonNIO snippets need the NIO trait; StallmonNIOTests compiles them (ReadmeSnippets.swift).
+            guard !snippet.lines.contains("import StallmonNIO") else { continue }
+            // The Hummingbird middleware is compiled by Tests/HummingbirdService (HummingbirdServiceTests).
+            guard !snippet.lines.contains("import Hummingbird") else { continue }
+            let index = sources.count
+            sources.append((snippet.imports + ["", "// \(snippet.file)", "func readmeSnippet\(index)() throws {"]
+                            + snippet.body + ["}"]).joined(separator: "\n") + "\n")
         }
-        return snippets
+        return sources
     }
 
     /// Names in dump-package's dependency entries: `{"byName": ["X", null]}`, `{"product": ["X", "pkg", …]}`.
@@ -185,9 +174,9 @@ struct PackageProductsTests {
                                     logger: logger)
             }
             """)
-        // The README's Swift snippets compile as written (each in a function of its own, its imports on top).
+        // The documentation's Swift snippets compile as written (each in a function of its own, its imports on top).
         let snippets = try Self.readmeSwiftSnippets()
-        #expect(snippets.count >= 2, "the README has its linking snippets")
+        #expect(snippets.count >= 6, "the README and the articles have their snippets: \(snippets.count)")
         for (index, snippet) in snippets.enumerated() {
             try scratch.write("Sources/CoreOnly/Readme\(index).swift", snippet)
         }

@@ -1,33 +1,22 @@
 import Foundation
+import StallmonTestSupport
 import Testing
 
-/// The README's StallmonNIO snippets compile as written: each is in ReadmeSnippets.swift (compiled with this target)
-/// exactly as the README has it. The core-only package of PackageProductsTests compiles the other snippets.
+/// The documentation's StallmonNIO snippets compile as written: each snippet of the README or an article that imports
+/// StallmonNIO is in ReadmeSnippets.swift (compiled with this target) exactly as the documentation has it. The
+/// core-only package of PackageProductsTests compiles the other snippets.
 struct ReadmeSnippetTests {
-    @Test func everyStallmonNIOSnippetOfTheReadmeIsCompiledVerbatim() throws {
+    @Test func everyStallmonNIOSnippetOfTheDocumentationIsCompiledVerbatim() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
-        let compiled = try String(contentsOf: root.appendingPathComponent("Tests/StallmonNIOTests/ReadmeSnippets.swift"),
-                                  encoding: .utf8)
-        var snippets: [[String]] = []
-        var current: [String]?
-        for line in readme.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
-            if current == nil, line == "```swift" {
-                current = []
-            } else if let lines = current, line == "```" {
-                if lines.contains("import StallmonNIO") { snippets.append(lines) }
-                current = nil
-            } else if current != nil {
-                current!.append(line)
-            }
-        }
-        #expect(snippets.count >= 2, "the README shows StallmonNIO")
+            .deletingLastPathComponent().path
+        let compiled = try String(contentsOfFile: root + "/Tests/StallmonNIOTests/ReadmeSnippets.swift", encoding: .utf8)
+        let snippets = try DocumentedSnippets.all(repository: root).filter { $0.lines.contains("import StallmonNIO") }
+        #expect(snippets.contains { $0.file == "README.md" }, "the README shows StallmonNIO")
+        #expect(snippets.count >= 2, "the README and the NIO article show StallmonNIO")
         for (index, snippet) in snippets.enumerated() {
-            let body = snippet.filter { !$0.hasPrefix("import ") }
-            let function = (["func readmeNIOSnippet\(index)() throws {"] + body + ["}"]).joined(separator: "\n")
-            #expect(compiled.contains(function), "README snippet \(index) differs from ReadmeSnippets.swift")
-            for line in snippet where line.hasPrefix("import ") {
+            let function = (["func readmeNIOSnippet\(index)() throws {"] + snippet.body + ["}"]).joined(separator: "\n")
+            #expect(compiled.contains(function), "snippet \(index) of \(snippet.file) differs from ReadmeSnippets.swift")
+            for line in snippet.imports {
                 #expect(compiled.contains("\n\(line)\n"), "ReadmeSnippets.swift lacks \(line)")
             }
         }

@@ -59,8 +59,9 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     public var upload: UploadConfiguration
     /// For `ConcurrencyStallMonitor`: count every job's queue delay and run time (key `pool_statistics`, default on):
     /// the `pool.stats` lines, the `stallmon_pool_*` metrics, and the starvation reports' `waitedJobs` and `jobsRun`.
-    /// Off, the workers pay only what stall and starvation detection need (two clock reads per job instead of three,
-    /// and no histogram), for services that want the lowest cost per job.
+    /// Off, the workers pay only what stall and starvation detection need (one clock read per job instead of three,
+    /// the end read only for a job the watchdog saw running, and no histogram), for services that want the lowest
+    /// cost per job.
     public var poolStatistics: Bool = true
     /// What to do when a stall lasts `hangAbortAfter` (key `hang_action`): `.none` (default) or `.abort`: write the
     /// report (durable) and the `stall.hang` event line, then end the process with SIGABRT, so a supervisor restarts

@@ -259,25 +259,17 @@ struct HummingbirdServiceTests {
         #expect(report.durationMs < 1_000, "\(report.durationMs) ms")
     }
 
-    @Test("the README's Hummingbird middleware is the one this service compiles, verbatim")
+    @Test("the documented Hummingbird middleware is the one this service compiles, verbatim")
     func readmeMiddlewareIsCompiled() throws {
-        let readme = try String(contentsOfFile: BuiltByTestScript.repository + "/README.md", encoding: .utf8)
         let compiled = try String(contentsOfFile: BuiltByTestScript.repository
                                   + "/Tests/HummingbirdService/Sources/StallLabelMiddleware.swift", encoding: .utf8)
-        var snippets: [String] = []
-        var current: [String]?
-        for line in readme.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
-            if current == nil, line == "```swift" {
-                current = []
-            } else if let lines = current, line == "```" {
-                if lines.contains("import Hummingbird") { snippets.append(lines.joined(separator: "\n")) }
-                current = nil
-            } else if current != nil {
-                current!.append(line)
-            }
+        let snippets = try DocumentedSnippets.all(repository: BuiltByTestScript.repository)
+            .filter { $0.lines.contains("import Hummingbird") }
+        #expect(snippets.count == 1, "the documentation shows the middleware once")
+        for snippet in snippets {
+            #expect(compiled.contains(snippet.lines.joined(separator: "\n")),
+                    "the middleware of \(snippet.file) differs from the service's")
         }
-        #expect(snippets.count == 1, "the README shows the middleware once")
-        for snippet in snippets { #expect(compiled.contains(snippet), "the README's middleware differs from the service's") }
     }
 
     @Test("the global executor's hook already taken by NIO's executor take-over: the documented error")
