@@ -191,6 +191,12 @@ struct AsyncJobs {
                            value: Stats.median(perLabel), unit: "ns",
                            note: "runs: " + perLabel.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
 
+        try workloadCost(results)
+    }
+
+    /// CPU time of the job threads per operation of each workload, monitor off → on (→ on, lean), in child
+    /// processes run in rotating order.
+    private func workloadCost(_ results: Results) throws {
         let rounds = quick ? 2 : 7
         let operations = quick ? 200_000 : 1_000_000
         print("\n8a. Swift Concurrency, CPU time of the job threads per operation (a yield, an actor call, a child "

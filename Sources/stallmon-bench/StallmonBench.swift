@@ -290,6 +290,15 @@ struct CaptureCost {
 
     func run(_ results: Results) throws {
         print("\n2. Capture cost: a thread stalled 30 frames deep")
+        let ourWall = try measureOwnCaptures(results)
+        try measurePeers(results, ourWall: ourWall)
+        try WaitResolutionCost(quick: quick).run(results)
+        try measureLoaderHazard(results)
+    }
+
+    /// stallmon's captures of a thread 30 frames deep, with the image table and through the loader. Returns the
+    /// watchdog's median wall time per capture (µs), which the peers are compared with.
+    private func measureOwnCaptures(_ results: Results) throws -> Double {
         let signal = try SamplingSignal.default.resolve()
         var message = [CChar](repeating: 0, count: 256)
         guard cstallmon_install(signal, &message, message.count) == 0 else {
@@ -350,8 +359,11 @@ struct CaptureCost {
                            unit: "us"))
         results.add(Figure(section: "capture", name: "watchdog wall time per capture, p99",
                            value: Stats.percentile(walls, 0.99), unit: "us"))
+        return ourWall
+    }
 
-        // The peers attach to a separate process stalled the same way.
+    /// eu-stack and gdb taking one stack of a separate process stalled the same way.
+    private func measurePeers(_ results: Results, ourWall: Double) throws {
         let target = Process()
         target.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
         target.arguments = ["stalled-target"]
@@ -383,7 +395,11 @@ struct CaptureCost {
                                unit: "us", peerName: name, peer: peer, ratio: peer / ourWall, ratioMeaning: "× faster",
                                target: name == "eu-stack" ? "≥ 300×" : nil))
         }
-        try WaitResolutionCost(quick: quick).run(results)
+    }
+
+    /// The loader hazard (a lock held for a list-lock holder) in a child process, with the image table and through
+    /// the loader: captures that succeed, and whether the holder hangs in its handler.
+    private func measureLoaderHazard(_ results: Results) throws {
         for throughLoader in [false, true] {
             let child = Process()
             child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
@@ -416,8 +432,57 @@ struct CaptureCost {
 struct WaitResolutionCost {
     let quick: Bool
 
+    /// What one run of the wait resolution measured (µs): a blocked read's first and later samples, a mutex's holder,
+    /// and what each resolved to.
+    private struct WaitTimings {
+        var first: [Double] = []
+        var cached: [Double] = []
+        var lock: [Double] = []
+        var seen: [String?] = [nil, nil]
+    }
+
+    /// The holder's own stack, sampled through a borrowed slot (µs), with the image table and through the loader.
+    private struct HolderTimings {
+        var walls: [Double]
+        var pauses: [Double]
+        var frames: Int
+        var loaderPauses: [Double]
+        var loaderStatuses: String
+    }
+
     func run(_ results: Results) throws {
         let rounds = quick ? 200 : 2000
+        let timings = measureWaits(rounds: rounds)
+        let holder = measureHolderStacks(rounds: rounds)
+        let (first, cached, lock, seen) = (timings.first, timings.cached, timings.lock, timings.seen)
+        let (holderWall, holderPause, holderFrames) = (holder.walls, holder.pauses, holder.frames)
+        let (loaderHolderPause, loaderStatuses) = (holder.loaderPauses, holder.loaderStatuses)
+        print("  (a socket read: \(seen[0] ?? "not resolved"); a lock: \(seen[1] ?? "not resolved"); "
+              + "the holder's stack: \(holderFrames) frames in \(holderWall.count) of \(rounds / 4) samples)")
+        results.add(Figure(section: "capture", name: "what a blocked read waits on, per sample, median",
+                           value: Stats.median(cached), unit: "us", target: "≤ 50 us",
+                           note: String(format: "p99 %.1f us", Stats.percentile(cached, 0.99))))
+        results.add(Figure(section: "capture", name: "  first sample of a stall (resolves the descriptor), median",
+                           value: Stats.median(first), unit: "us",
+                           note: String(format: "p99 %.1f us", Stats.percentile(first, 0.99))))
+        results.add(Figure(section: "capture", name: "which thread holds a pthread mutex, per sample, median",
+                           value: Stats.median(lock), unit: "us", target: "≤ 50 us",
+                           note: String(format: "p99 %.1f us", Stats.percentile(lock, 0.99))))
+        results.add(Figure(section: "capture", name: "  and the holder's own stack (state + capture), median",
+                           value: Stats.median(holderWall), unit: "us", target: "≤ 50 us",
+                           note: String(format: "p99 %.1f us", Stats.percentile(holderWall, 0.99))))
+        results.add(Figure(section: "capture", name: "  holder's pause per sample (not the loop's), median",
+                           value: Stats.median(holderPause), unit: "us",
+                           note: String(format: "p99 %.1f us", Stats.percentile(holderPause, 0.99))))
+        results.add(Figure(section: "capture", name: "    through the loader (before), median",
+                           value: Stats.median(loaderHolderPause), unit: "us",
+                           note: String(format: "p99 %.1f us; ", Stats.percentile(loaderHolderPause, 0.99))
+                               + loaderStatuses))
+    }
+
+    /// A thread blocked reading a TCP connection on 127.0.0.1 and one blocked on a held pthread mutex: what each
+    /// waits on, resolved `rounds` times.
+    private func measureWaits(rounds: Int) -> WaitTimings {
         // A TCP connection whose peer never writes, read by a thread that blocks in read(2).
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(listener) }
@@ -469,18 +534,20 @@ struct WaitResolutionCost {
             return (Double(nowNanoseconds() - start) / 1e3, target)
         }
         var resolver = DescriptorResolver()
-        var first: [Double] = []
-        var cached: [Double] = []
-        var lock: [Double] = []
-        var seen: [String?] = [nil, nil]
+        var timings = WaitTimings()
         for round in 0..<rounds {
             let (micros, target) = time(reader.load(ordering: .acquiring), fresh: round % 20 == 0, resolver: &resolver)
-            if round % 20 == 0 { first.append(micros) } else { cached.append(micros) }
-            seen[0] = target
+            if round % 20 == 0 { timings.first.append(micros) } else { timings.cached.append(micros) }
+            timings.seen[0] = target
             let (lockMicros, lockTarget) = time(waiter.load(ordering: .acquiring), fresh: false, resolver: &resolver)
-            lock.append(lockMicros)
-            seen[1] = lockTarget
+            timings.lock.append(lockMicros)
+            timings.seen[1] = lockTarget
         }
+        return timings
+    }
+
+    /// A thread 30 frames deep that runs while it holds a lock, its stack sampled as a lock holder's.
+    private func measureHolderStacks(rounds: Int) -> HolderTimings {
         // The holder's own stack: a thread 30 frames deep that runs while it holds the lock, sampled through a
         // slot borrowed for the stall (no warm-up on that thread: libunwind's plain unwinder).
         let stop = StopFlag()
@@ -514,32 +581,13 @@ struct WaitResolutionCost {
             let text = statuses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
             return (run.walls, run.pauses, run.frames, text)
         }
-        let (holderWall, holderPause, holderFrames, _) = holderSamples(throughLoader: false)
+        let (walls, pauses, frames, _) = holderSamples(throughLoader: false)
         // The same through the loader, as before the image table: every frame of a thread without warm-up is
         // looked up, so this is where the table shows.
-        let (_, loaderHolderPause, _, loaderStatuses) = holderSamples(throughLoader: true)
+        let (_, loaderPauses, _, loaderStatuses) = holderSamples(throughLoader: true)
         stop.set()
-        print("  (a socket read: \(seen[0] ?? "not resolved"); a lock: \(seen[1] ?? "not resolved"); "
-              + "the holder's stack: \(holderFrames) frames in \(holderWall.count) of \(rounds / 4) samples)")
-        results.add(Figure(section: "capture", name: "what a blocked read waits on, per sample, median",
-                           value: Stats.median(cached), unit: "us", target: "≤ 50 us",
-                           note: String(format: "p99 %.1f us", Stats.percentile(cached, 0.99))))
-        results.add(Figure(section: "capture", name: "  first sample of a stall (resolves the descriptor), median",
-                           value: Stats.median(first), unit: "us",
-                           note: String(format: "p99 %.1f us", Stats.percentile(first, 0.99))))
-        results.add(Figure(section: "capture", name: "which thread holds a pthread mutex, per sample, median",
-                           value: Stats.median(lock), unit: "us", target: "≤ 50 us",
-                           note: String(format: "p99 %.1f us", Stats.percentile(lock, 0.99))))
-        results.add(Figure(section: "capture", name: "  and the holder's own stack (state + capture), median",
-                           value: Stats.median(holderWall), unit: "us", target: "≤ 50 us",
-                           note: String(format: "p99 %.1f us", Stats.percentile(holderWall, 0.99))))
-        results.add(Figure(section: "capture", name: "  holder's pause per sample (not the loop's), median",
-                           value: Stats.median(holderPause), unit: "us",
-                           note: String(format: "p99 %.1f us", Stats.percentile(holderPause, 0.99))))
-        results.add(Figure(section: "capture", name: "    through the loader (before), median",
-                           value: Stats.median(loaderHolderPause), unit: "us",
-                           note: String(format: "p99 %.1f us; ", Stats.percentile(loaderHolderPause, 0.99))
-                               + loaderStatuses))
+        return HolderTimings(walls: walls, pauses: pauses, frames: frames, loaderPauses: loaderPauses,
+                             loaderStatuses: loaderStatuses)
     }
 }
 

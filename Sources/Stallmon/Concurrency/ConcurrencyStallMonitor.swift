@@ -67,20 +67,14 @@ public final class ConcurrencyStallMonitor: Sendable {
                 """)
         }
         do throws(StallMonitorError) {
-            try MonitorCore.check(configuration, sinks: sinks)
-            let signalNumber: Int32
-            do {
-                signalNumber = try configuration.signal.resolve()
-            } catch {
-                throw StallMonitorError(description: error.description)
-            }
-            // The core first: it takes the sampling signal (or says who has it) before the hooks are set to it.
+            // The core first: it checks the configuration and takes the sampling signal (or says who has it) before
+            // the hooks are set to it.
             let created = try MonitorCore(name: name, configuration: configuration, logger: logger, sinks: sinks) {
                 PoolWorkerSource(poolName: name, mainActorName: mainActorName, collaborators: $0)
             }
             do throws(StallMonitorError) {
                 cstallmon_concurrency_set_statistics(configuration.poolStatistics ? 1 : 0)
-                try Self.installHooks(signal: signalNumber, threshold: configuration.threshold)
+                try Self.installHooks(signal: created.signalNumber, threshold: configuration.threshold)
             } catch {
                 created.stop()
                 throw error

@@ -11,6 +11,8 @@ import Synchronization
 package final class MonitorCore: Sendable {
     let name: String
     let configuration: StallMonitorConfiguration
+    /// The sampling signal this monitor holds.
+    let signalNumber: Int32
     let counters = MonitorCounters()
     private let client: ReportClient
     private let pipeline: ReportPipeline
@@ -40,6 +42,7 @@ package final class MonitorCore: Sendable {
         }
         self.name = name
         self.configuration = configuration
+        self.signalNumber = signalNumber
         client = ReportClient(configuration: configuration, logger: logger, counters: counters, loopName: name,
                               sinks: sinks, phaseOfReport: phaseOfReport)
         do {

@@ -119,6 +119,24 @@ enum OTLP {
 
     static func logRecord(for report: StallReport, observedAt: UInt64, dates: WallDateParser) -> LogRecord {
         let top = report.topFrame?.displayName ?? StallSummary.noInAppFrame
+        let attributes = stallAttributes(report, top: top) + waitAttributes(report) + jobAttributes(report)
+            + starvationAttributes(report) + threadAttributes(report)
+        let start = dates.nanoseconds(report.start.wall)
+        let body = report.starvation.map { starvation in
+            "pool \"\(report.loop)\" starved \(String(format: "%.1f", starvation.saturatedMs)) ms, the oldest job waited "
+                + "\(String(format: "%.1f", starvation.oldestWaitMs)) ms" + (report.ongoing ? " (ongoing)" : "")
+                + "; held by \(top)"
+        } ?? "loop \"\(report.loop)\" stalled \(String(format: "%.1f", report.durationMs)) ms"
+            + (report.ongoing ? " (ongoing)" : "") + " in \(top)"
+        return LogRecord(timeUnixNano: String(start ?? observedAt), observedTimeUnixNano: String(observedAt),
+                         severityNumber: severityWarn, severityText: "WARN", body: .string(body),
+                         attributes: attributes)
+    }
+
+    // MARK: - A log record's attributes, by concern
+
+    /// The stall itself: what, where, how long, its stack and signature.
+    private static func stallAttributes(_ report: StallReport, top: String) -> [KeyValue] {
         var attributes: [KeyValue] = [
             KeyValue(key: "event.name", value: .string("stallmon.stall")),
             KeyValue(key: "stallmon.report.id", value: .string(report.id)),
@@ -148,77 +166,83 @@ enum OTLP {
         if let stallClass = report.stallClass {
             attributes.append(KeyValue(key: "stallmon.stall.class", value: .string(stallClass.rawValue)))
         }
-        if let wait = report.waitingOn?.first {
-            attributes.append(KeyValue(key: "stallmon.wait.kind", value: .string(wait.kind)))
-            attributes.append(KeyValue(key: "stallmon.wait.syscall", value: .string(wait.syscall)))
-            if let target = wait.target {
-                attributes.append(KeyValue(key: "stallmon.wait.target", value: .string(target)))
-            }
-            if let holder = wait.holderThread {
-                attributes.append(KeyValue(key: "stallmon.wait.holder.thread", value: .int(Int(holder))))
-                if let name = wait.holderName {
-                    attributes.append(KeyValue(key: "stallmon.wait.holder.thread_name", value: .string(name)))
-                }
-                if let top = wait.holderTopFrame {
-                    attributes.append(KeyValue(key: "stallmon.wait.holder.function", value: .string(top.symbol)))
-                }
-                let holderStack = StackText.holderStack(report)
-                if !holderStack.isEmpty {
-                    attributes.append(KeyValue(key: "stallmon.wait.holder.stack", value: .string(holderStack)))
-                }
-                if let waiting = wait.holderWaiting {
-                    attributes.append(KeyValue(key: "stallmon.wait.holder.waiting", value: .string(waiting)))
-                }
-            }
+        return attributes
+    }
+
+    /// What the thread waited on most, and the lock's holder.
+    private static func waitAttributes(_ report: StallReport) -> [KeyValue] {
+        guard let wait = report.waitingOn?.first else { return [] }
+        var attributes = [KeyValue(key: "stallmon.wait.kind", value: .string(wait.kind)),
+                          KeyValue(key: "stallmon.wait.syscall", value: .string(wait.syscall))]
+        if let target = wait.target {
+            attributes.append(KeyValue(key: "stallmon.wait.target", value: .string(target)))
         }
-        if let job = report.job {
-            attributes.append(KeyValue(key: "stallmon.job.executor", value: .string(job.executor)))
-            attributes.append(KeyValue(key: "stallmon.job.priority", value: .string(job.priority)))
-            attributes.append(KeyValue(key: "stallmon.job.kind", value: .string(job.kind)))
-            if let taskId = job.taskId {
-                attributes.append(KeyValue(key: "stallmon.job.task_id", value: .string(String(taskId))))
-            }
-            if let name = job.taskName { attributes.append(KeyValue(key: "stallmon.job.task_name", value: .string(name))) }
+        guard let holder = wait.holderThread else { return attributes }
+        attributes.append(KeyValue(key: "stallmon.wait.holder.thread", value: .int(Int(holder))))
+        if let name = wait.holderName {
+            attributes.append(KeyValue(key: "stallmon.wait.holder.thread_name", value: .string(name)))
         }
-        if let starvation = report.starvation {
-            attributes.append(KeyValue(key: "stallmon.kind", value: .string(report.kind ?? "starvation")))
-            attributes.append(KeyValue(key: "stallmon.starvation.verdict", value: .string(starvation.verdict)))
-            attributes.append(KeyValue(key: "stallmon.starvation.saturated_ms", value: .double(starvation.saturatedMs)))
-            attributes.append(KeyValue(key: "stallmon.starvation.oldest_wait_ms",
-                                       value: .double(starvation.oldestWaitMs)))
-            if let waited = starvation.waitedJobs {
-                attributes.append(KeyValue(key: "stallmon.starvation.waited_jobs", value: .int(waited)))
-            }
-            if let run = starvation.jobsRun {
-                attributes.append(KeyValue(key: "stallmon.starvation.jobs_run", value: .int(run)))
-            }
-            attributes.append(KeyValue(key: "stallmon.starvation.workers", value: .int(starvation.workers)))
-            // One line per culprit: its worker, task, function, class and how long it held the worker.
-            let culprits = starvation.culprits.map { culprit in
-                "thread \(culprit.thread.tid)"
-                    + (culprit.job?.taskName.map { " task \"\($0)\"" } ?? culprit.job?.taskId.map { " task \($0)" } ?? "")
-                    + (culprit.label.map { " [\($0)]" } ?? "")
-                    + ": \(culprit.topFrame?.displayName ?? "(no stack)")"
-                    + " (\(culprit.stallClass?.rawValue ?? "unknown"), busy \(String(format: "%.1f", culprit.busyMs)) ms"
-                    + (culprit.heldThroughout ? ", held throughout)" : ")")
-            }
-            attributes.append(KeyValue(key: "stallmon.starvation.culprits", value: .string(culprits.joined(separator: "\n"))))
+        if let top = wait.holderTopFrame {
+            attributes.append(KeyValue(key: "stallmon.wait.holder.function", value: .string(top.symbol)))
         }
-        if let figures = report.threadStats {
-            attributes.append(KeyValue(key: "stallmon.thread.cpu_ms", value: .double(figures.cpuMs)))
-            attributes.append(KeyValue(key: "stallmon.thread.run_delay_ms", value: .double(figures.runDelayMs)))
-            attributes.append(KeyValue(key: "stallmon.thread.sleep_ms", value: .double(figures.sleepMs)))
+        let holderStack = StackText.holderStack(report)
+        if !holderStack.isEmpty {
+            attributes.append(KeyValue(key: "stallmon.wait.holder.stack", value: .string(holderStack)))
         }
-        let start = dates.nanoseconds(report.start.wall)
-        let body = report.starvation.map { starvation in
-            "pool \"\(report.loop)\" starved \(String(format: "%.1f", starvation.saturatedMs)) ms, the oldest job waited "
-                + "\(String(format: "%.1f", starvation.oldestWaitMs)) ms" + (report.ongoing ? " (ongoing)" : "")
-                + "; held by \(top)"
-        } ?? "loop \"\(report.loop)\" stalled \(String(format: "%.1f", report.durationMs)) ms"
-            + (report.ongoing ? " (ongoing)" : "") + " in \(top)"
-        return LogRecord(timeUnixNano: String(start ?? observedAt), observedTimeUnixNano: String(observedAt),
-                         severityNumber: severityWarn, severityText: "WARN", body: .string(body),
-                         attributes: attributes)
+        if let waiting = wait.holderWaiting {
+            attributes.append(KeyValue(key: "stallmon.wait.holder.waiting", value: .string(waiting)))
+        }
+        return attributes
+    }
+
+    /// The async job that stalled: executor, priority, task.
+    private static func jobAttributes(_ report: StallReport) -> [KeyValue] {
+        guard let job = report.job else { return [] }
+        var attributes = [KeyValue(key: "stallmon.job.executor", value: .string(job.executor)),
+                          KeyValue(key: "stallmon.job.priority", value: .string(job.priority)),
+                          KeyValue(key: "stallmon.job.kind", value: .string(job.kind))]
+        if let taskId = job.taskId {
+            attributes.append(KeyValue(key: "stallmon.job.task_id", value: .string(String(taskId))))
+        }
+        if let name = job.taskName { attributes.append(KeyValue(key: "stallmon.job.task_name", value: .string(name))) }
+        return attributes
+    }
+
+    /// A starvation of the pool: how long, how many waited, and one line per culprit.
+    private static func starvationAttributes(_ report: StallReport) -> [KeyValue] {
+        guard let starvation = report.starvation else { return [] }
+        var attributes = [
+            KeyValue(key: "stallmon.kind", value: .string(report.kind ?? "starvation")),
+            KeyValue(key: "stallmon.starvation.verdict", value: .string(starvation.verdict)),
+            KeyValue(key: "stallmon.starvation.saturated_ms", value: .double(starvation.saturatedMs)),
+            KeyValue(key: "stallmon.starvation.oldest_wait_ms", value: .double(starvation.oldestWaitMs)),
+        ]
+        if let waited = starvation.waitedJobs {
+            attributes.append(KeyValue(key: "stallmon.starvation.waited_jobs", value: .int(waited)))
+        }
+        if let run = starvation.jobsRun {
+            attributes.append(KeyValue(key: "stallmon.starvation.jobs_run", value: .int(run)))
+        }
+        attributes.append(KeyValue(key: "stallmon.starvation.workers", value: .int(starvation.workers)))
+        // One line per culprit: its worker, task, function, class and how long it held the worker.
+        let culprits = starvation.culprits.map { culprit in
+            "thread \(culprit.thread.tid)"
+                + (culprit.job?.taskName.map { " task \"\($0)\"" } ?? culprit.job?.taskId.map { " task \($0)" } ?? "")
+                + (culprit.label.map { " [\($0)]" } ?? "")
+                + ": \(culprit.topFrame?.displayName ?? "(no stack)")"
+                + " (\(culprit.stallClass?.rawValue ?? "unknown"), busy \(String(format: "%.1f", culprit.busyMs)) ms"
+                + (culprit.heldThroughout ? ", held throughout)" : ")")
+        }
+        attributes.append(KeyValue(key: "stallmon.starvation.culprits", value: .string(culprits.joined(separator: "\n"))))
+        return attributes
+    }
+
+    /// Where the stalled thread's time went.
+    private static func threadAttributes(_ report: StallReport) -> [KeyValue] {
+        guard let figures = report.threadStats else { return [] }
+        return [KeyValue(key: "stallmon.thread.cpu_ms", value: .double(figures.cpuMs)),
+                KeyValue(key: "stallmon.thread.run_delay_ms", value: .double(figures.runDelayMs)),
+                KeyValue(key: "stallmon.thread.sleep_ms", value: .double(figures.sleepMs))]
     }
 }
 

@@ -49,22 +49,7 @@ struct DemoCommand: ParsableCommand {
     }
 
     func run() throws {
-        var configuration = try config.load()
-        configuration.reportDirectory = reportDir
-        configuration.eventLogPath = nil
-        configuration.threshold = .nanoseconds(Int64(thresholdMs * 1_000_000))
-        if configuration.sampleInterval >= configuration.threshold {
-            configuration.sampleInterval = configuration.threshold / 4
-        }
-        if configuration.interimAfter <= configuration.threshold {
-            configuration.interimAfter = configuration.threshold * 4
-        }
-        do {
-            try configuration.validate()
-        } catch {
-            throw ValidationError(error.description)
-        }
-
+        let configuration = try demoConfiguration()
         var logger = Logger(label: "stallmon.demo")
         logger.logLevel = .notice
         let loop = try Looper(name: "demo-main")
@@ -74,24 +59,7 @@ struct DemoCommand: ParsableCommand {
             print("stallmon demo: signal \(signal), stopping")
             loop.stop()
         }
-        let monitor: LooperStallMonitor
-        let asyncMonitor: ConcurrencyStallMonitor?
-        do {
-            // Spooling and upload are StallmonUpload's sink, linked when the configuration asks for them.
-            let sinks: [any StallReportSink] = configuration.upload.spoolEnabled
-                ? [try UploadSink(configuration: configuration, logger: logger)] : []
-            monitor = try LooperStallMonitor(loop: loop, configuration: configuration, logger: logger, sinks: sinks)
-            // Before any task runs, when the rotation has the async stall: its task is timed on the global
-            // executor (no async main here, so the main actor is left alone).
-            asyncMonitor = try DemoService.StallKind.parse(stalls).contains(.async)
-                ? ConcurrencyStallMonitor(configuration: configuration, logger: logger, sinks: sinks, mainActor: false)
-                : nil
-        } catch let error as ConfigurationError {
-            throw ValidationError(error.description)
-        } catch let error as StallMonitorError {
-            warn(error.description)
-            throw ExitCode(1)
-        }
+        let (monitor, asyncMonitor) = try makeMonitors(loop: loop, configuration: configuration, logger: logger)
         let service = try DemoService(loop: loop, stallEvery: .milliseconds(1500),
                                       stallLength: max(Int(thresholdMs * 2.5), 150),
                                       kinds: try DemoService.StallKind.parse(stalls), busyMs: busyMs)
@@ -107,6 +75,59 @@ struct DemoCommand: ParsableCommand {
         asyncMonitor?.stop()
         monitor.stop()
 
+        let stalls = printSummary(service: service, monitor: monitor, asyncMonitor: asyncMonitor)
+        try printReports(in: configuration.reportDirectory)
+        if stalls == 0 && service.stallsInjected.load(ordering: .relaxed) > 0 { throw ExitCode(1) }
+    }
+
+    /// The configuration (file and environment) with the demo's options over it: its report directory, no event log
+    /// elsewhere, its threshold, and sampling and interim reports scaled to it.
+    private func demoConfiguration() throws -> StallMonitorConfiguration {
+        var configuration = try config.load()
+        configuration.reportDirectory = reportDir
+        configuration.eventLogPath = nil
+        configuration.threshold = .nanoseconds(Int64(thresholdMs * 1_000_000))
+        if configuration.sampleInterval >= configuration.threshold {
+            configuration.sampleInterval = configuration.threshold / 4
+        }
+        if configuration.interimAfter <= configuration.threshold {
+            configuration.interimAfter = configuration.threshold * 4
+        }
+        do {
+            try configuration.validate()
+        } catch {
+            throw ValidationError(error.description)
+        }
+        return configuration
+    }
+
+    /// The loop's monitor and, when the rotation has the async stall, the global executor's.
+    private func makeMonitors(loop: Looper, configuration: StallMonitorConfiguration, logger: Logger) throws
+        -> (LooperStallMonitor, ConcurrencyStallMonitor?) {
+        do {
+            // Spooling and upload are StallmonUpload's sink, linked when the configuration asks for them.
+            let sinks: [any StallReportSink] = configuration.upload.spoolEnabled
+                ? [try UploadSink(configuration: configuration, logger: logger)] : []
+            let monitor = try LooperStallMonitor(loop: loop, configuration: configuration, logger: logger,
+                                                 sinks: sinks)
+            // Before any task runs, when the rotation has the async stall: its task is timed on the global
+            // executor (no async main here, so the main actor is left alone).
+            let asyncMonitor = try DemoService.StallKind.parse(stalls).contains(.async)
+                ? ConcurrencyStallMonitor(configuration: configuration, logger: logger, sinks: sinks, mainActor: false)
+                : nil
+            return (monitor, asyncMonitor)
+        } catch let error as ConfigurationError {
+            throw ValidationError(error.description)
+        } catch let error as StallMonitorError {
+            warn(error.description)
+            throw ExitCode(1)
+        }
+    }
+
+    /// What the service did and the monitors counted, the shape of every iteration included. Returns the stalls
+    /// detected.
+    private func printSummary(service: DemoService, monitor: LooperStallMonitor,
+                              asyncMonitor: ConcurrencyStallMonitor?) -> Int {
         let statistics = monitor.statistics
         print("")
         print("Service: \(service.heartbeats.load(ordering: .relaxed)) heartbeats, "
@@ -131,16 +152,19 @@ struct DemoCommand: ParsableCommand {
         print("Loop:    \(loopFigures.iterations) iterations, busy p50 \(busy(0.5)), p99 \(busy(0.99)), "
             + "max \(busy(1)); utilization \(String(format: "%.1f", loopFigures.utilization * 100)) %")
         print("")
-        let scan = try ReportReader.scan(directory: configuration.reportDirectory)
+        return statistics.stallsDetected + asyncStalls
+    }
+
+    /// This run's reports, each with its duration and top frame.
+    private func printReports(in directory: String) throws {
+        let scan = try ReportReader.scan(directory: directory)
         let ours = scan.reports.filter { $0.report.process.pid == getpid() }
         for (path, report) in ours {
             let top = report.topFrame?.displayName ?? StallSummary.noInAppFrame
             print("  \(ms(report.durationMs).padding(toLength: 9, withPad: " ", startingAt: 0)) \(top)")
             print("            \(path)")
         }
-        print("\nNext: stallmon report \(configuration.reportDirectory)   |   stallmon show <report>")
-        if statistics.stallsDetected + asyncStalls == 0
-            && service.stallsInjected.load(ordering: .relaxed) > 0 { throw ExitCode(1) }
+        print("\nNext: stallmon report \(directory)   |   stallmon show <report>")
     }
 }
 
