@@ -5,10 +5,10 @@
 // dlopen/dlclose holding the list lock waits for: dlclose frees memory while it holds it). Here, outside any
 // handler, the watchdog copies what dl_iterate_phdr reports (each image's load address, name and program headers)
 // into an immutable table and publishes it with one atomic pointer store. libunwind's own reference to
-// dl_iterate_phdr (its GOT slot, in libunwind.so only) is pointed at table_dl_iterate_phdr, which serves that table
-// to a thread inside our handler, and any other caller the real dl_iterate_phdr when the loader's list lock is free
-// (the table when it is not: iterate_outside_handler). libunwind then reads each image's .eh_frame_hdr search table
-// and .eh_frame exactly as before, so the frames are the same.
+// dl_iterate_phdr (its GOT slot, in libunwind.so only) is pointed at cstallmon_table_dl_iterate_phdr, which serves
+// that table to a thread inside our handler, and any other caller the real dl_iterate_phdr when the loader's list
+// lock is free (the table when it is not: iterate_outside_handler). libunwind then reads each image's .eh_frame_hdr
+// search table and .eh_frame exactly as before, so the frames are the same.
 //
 // Each capture asks the refresher thread to rebuild the table when the loader's counters of added and removed
 // objects (dlpi_adds, dlpi_subs) changed, and first checks the table against the program headers the loader has now

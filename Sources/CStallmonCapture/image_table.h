@@ -40,14 +40,14 @@ struct image_table {
 };
 
 // The published table (replaced whole by a refresh, never changed after but for `stale`).
-extern _Atomic(image_table *) cstallmon_table_current;
+extern _Atomic(image_table *) cstallmon_table_current __attribute__((visibility("hidden")));
 // Readers inside a table (handlers between cstallmon_table_enter and cstallmon_table_exit, the checks, and table
 // walks outside handlers): a replaced table is freed only when this is 0.
-extern _Atomic int32_t cstallmon_table_readers;
+extern _Atomic int32_t cstallmon_table_readers __attribute__((visibility("hidden")));
 // Serializes refreshes (watchdogs of several monitors) and guards the retired tables.
-extern pthread_mutex_t cstallmon_table_mutex;
+extern pthread_mutex_t cstallmon_table_mutex __attribute__((visibility("hidden")));
 // A stale image found outside a capture: the next capture's check reports it (image_check.c).
-extern _Atomic int cstallmon_table_flush_owed;
+extern _Atomic int cstallmon_table_flush_owed __attribute__((visibility("hidden")));
 
 // NOT async-signal-safe. Frees retired tables when no reader is inside any table. Call with cstallmon_table_mutex
 // held.

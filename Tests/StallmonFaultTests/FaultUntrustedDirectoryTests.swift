@@ -126,12 +126,12 @@ import Glibc
             #expect("\(error)".contains("owned by uid 65534 (nobody)"), "\(error)")
         }
 
-        try FileManager.default.removeItem(atPath: reports)
+        try Self.removeTree(reports)
         let harness = try FaultDiskHarness(reportDirectory: reports, name: "untrusted-later")
         defer { harness.finish() }
         #expect(harness.stall(1))
         #expect(harness.statistics.reportsWritten == 1)
-        try FileManager.default.removeItem(atPath: reports)
+        try Self.removeTree(reports)
         try Self.plant(reports, links: ["events.jsonl": victim.path])
         #expect(harness.stall(2))
         #expect(harness.statistics.reportsWritten == 1, "a report was written into the planted directory")
@@ -169,6 +169,20 @@ import Glibc
         #expect(throws: StallMonitorError.self, "accepted at creation") {
             _ = try LooperStallMonitor(loop: try Looper(name: "through-a-link"),
                                        configuration: .init(threshold: .milliseconds(50), reportDirectory: reports))
+        }
+    }
+
+    /// Removes `path` as a cleaner of /var/tmp would, while the monitor's writer may still be finishing its last
+    /// report in it (its event line, the directory's fsync): a removal that races it is tried again (three times,
+    /// 50 ms apart; a full run once saw EPERM here), and the last error is thrown.
+    static func removeTree(_ path: String) throws {
+        for attempt in 1...3 {
+            do {
+                try FileManager.default.removeItem(atPath: path)
+                return
+            } catch where attempt < 3 {
+                usleep(50_000)
+            }
         }
     }
 

@@ -64,7 +64,7 @@ struct ConfigurationKey: Sendable {
     }
 
     /// One of `Choice`'s raw values, in any case.
-    static func choice<Choice: RawRepresentable<String>>(
+    static func choice<Choice: RawRepresentable<String> & Sendable>(
         _ name: String, _ field: WritableKeyPath<StallMonitorConfiguration, Choice> & Sendable, expected: String
     ) -> ConfigurationKey {
         ConfigurationKey(name) { (configuration, value) throws(ConfigurationError) in

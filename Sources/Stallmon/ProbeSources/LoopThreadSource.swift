@@ -20,7 +20,9 @@ final class LoopThreadSource: ProbeSource {
     private let writer: ReportWriter
     private let client: ReportClient
     private let tracker: StallTracker
-    private var loopStats: LoopStatsReporter
+    /// Made on the watchdog thread at its first pass, as its metrics are: swift-metrics binds a metric to the
+    /// factory bootstrapped when it is made, and a service may bootstrap it after creating the monitor.
+    private var loopStats: LoopStatsReporter?
     private var capturer: StackCapturer?
     private var boundThread: Int32 = 0
     let threadName = "stallmon-watch"
@@ -37,7 +39,6 @@ final class LoopThreadSource: ProbeSource {
         writer = collaborators.writer
         configuration = client.configuration
         tracker = StallTracker(loopName: loopName, annotations: annotations, collaborators: collaborators)
-        loopStats = LoopStatsReporter(loopName: loopName, lineInterval: configuration.loopStatsInterval)
     }
 
     /// What the loop does now and its stack (also when idle: the loop thread retries the interrupted epoll_wait,
@@ -68,10 +69,12 @@ final class LoopThreadSource: ProbeSource {
         return ProbePass(wakeAt: tracked.wakeAt, waitedOnItsOwnWork: tracked.waitedOnItsOwnWork)
     }
 
-    var statisticsDue: UInt64? { loopStats.nextDue ?? 0 }
+    var statisticsDue: UInt64? { loopStats?.nextDue ?? 0 }
 
     func exportStatistics(now: UInt64) {
-        if let line = loopStats.step(now: now, reading: probe.statistics(at: now)) {
+        var reporter = loopStats ?? LoopStatsReporter(loopName: loopName, lineInterval: configuration.loopStatsInterval)
+        defer { loopStats = reporter }
+        if let line = reporter.step(now: now, reading: probe.statistics(at: now)) {
             writer.submit(.loopStats(line, threadID: boundThread), from: client)
         }
     }

@@ -40,7 +40,10 @@ final class PoolWorkerSource: ProbeSource {
     private let poolClasses: [PoolStatsReporter.PoolClass]
     private var workers: [Int32: Worker] = [:]
     private let lender: SlotLender
-    private var poolStats: PoolStatsReporter
+    /// Made on the watchdog thread when statistics are first due, as its metrics are (see `LoopThreadSource`).
+    private var poolStats: PoolStatsReporter?
+    /// The pool's statistics when the monitor was created: its figures count jobs from then on.
+    private let statisticsBaseline: (at: UInt64, readings: [PoolStatsReporter.PoolClass: PoolStatsReporter.Reading])
     private let starvation: StarvationWatch
     /// As of the latest pass: per pool class, how long its running jobs have run; the live workers.
     private var inProgress: [UInt64] = []
@@ -54,10 +57,7 @@ final class PoolWorkerSource: ProbeSource {
         lender = SlotLender(maxFrames: configuration.maxFrames, timeout: configuration.captureTimeout,
                             maxOwedSlots: 8)
         poolClasses = Self.poolClasses(poolName: poolName, mainActorName: mainActorName)
-        // The pool's statistics count jobs from the monitor's creation on.
-        poolStats = PoolStatsReporter(lineInterval: configuration.loopStatsInterval)
-        _ = poolStats.step(now: cstallmon_monotonic_ns(), readings: Self.poolReadings(poolClasses, inProgress: nil),
-                           workers: [:])
+        statisticsBaseline = (cstallmon_monotonic_ns(), Self.poolReadings(poolClasses, inProgress: nil))
         starvation = StarvationWatch(poolName: poolName, client: collaborators.client, writer: collaborators.writer,
                                      lender: lender)
     }
@@ -87,11 +87,19 @@ final class PoolWorkerSource: ProbeSource {
         return pass
     }
 
-    var statisticsDue: UInt64? { configuration.poolStatistics ? poolStats.nextDue ?? 0 : nil }
+    var statisticsDue: UInt64? { configuration.poolStatistics ? poolStats?.nextDue ?? 0 : nil }
 
     func exportStatistics(now: UInt64) {
-        let windows = poolStats.step(now: now, readings: Self.poolReadings(poolClasses, inProgress: inProgress),
-                                     workers: [poolName: workersAlive])
+        guard var reporter = poolStats else {
+            // The windows open at the monitor's creation.
+            var reporter = PoolStatsReporter(lineInterval: configuration.loopStatsInterval)
+            _ = reporter.step(now: statisticsBaseline.at, readings: statisticsBaseline.readings, workers: [:])
+            poolStats = reporter
+            return
+        }
+        defer { poolStats = reporter }
+        let windows = reporter.step(now: now, readings: Self.poolReadings(poolClasses, inProgress: inProgress),
+                                    workers: [poolName: workersAlive])
         for window in windows { collaborators.writer.submit(.poolStats(window), from: collaborators.client) }
     }
 

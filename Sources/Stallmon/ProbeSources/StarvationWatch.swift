@@ -169,7 +169,7 @@ final class StarvationWatch {
         var culprits: [StarvationSnapshot.Culprit] = []
         var heldClasses: [StallClass] = []
         for culprit in episode.culprits {
-            let jobEnd = min(culprit.endedAt ?? end, max(end, culprit.since))
+            let jobEnd = Self.jobEnd(since: culprit.since, endedAt: culprit.endedAt, saturationEnd: end)
             // Held throughout: busy for at least 90 % of the saturation (a job that ended a pass before the canary
             // began, as the worker freed by it ran the canary, still held the pool).
             let saturated = end &- min(end, episode.saturatedSince)
@@ -179,7 +179,8 @@ final class StarvationWatch {
                 id: episode.id, loopName: poolName, threadID: culprit.worker.tid, thresholdNanoseconds: threshold,
                 since: culprit.since, sinceWall: Self.wall(of: culprit.since, now: now),
                 durationNanoseconds: jobEnd &- culprit.since, durationExact: false, ongoing: ongoing,
-                elapsedAtDetection: episode.detectedAt &- culprit.since, labelID: 0, samples: culprit.samples)
+                elapsedAtDetection: episode.detectedAt - min(episode.detectedAt, culprit.since), labelID: 0,
+                samples: culprit.samples)
             snapshot.job = culprit.job
             snapshot.labelText = culprit.label
             if let baseline = culprit.baseline, let stats = ThreadStats.read(tid: culprit.worker.tid),
@@ -217,6 +218,13 @@ final class StarvationWatch {
         snapshot.threadClass = verdict == "blocked" ? .blocked : .cpu
         snapshot.starvation = starvation
         return snapshot
+    }
+
+    /// Where a culprit's job ends in the report: when the watchdog saw it over, else at the saturation's end, never
+    /// before the job began (a job that began after the pass read the clock, on a worker read later, would otherwise
+    /// get a duration that wraps around).
+    static func jobEnd(since: UInt64, endedAt: UInt64?, saturationEnd: UInt64) -> UInt64 {
+        max(since, min(endedAt ?? saturationEnd, max(saturationEnd, since)))
     }
 
     /// One sample of a culprit: what it is blocked in (before the signal), then its stack, pinned so its thread

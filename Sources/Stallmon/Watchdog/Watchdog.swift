@@ -1,7 +1,7 @@
 import CStallmonLoopShims
 
-/// The watchdog thread of one monitor, whatever it watches: each pass checks for a whole-process freeze, answers a
-/// snapshot request, lets its `ProbeSource` read and step every watched thread, exports statistics when due, and
+/// The watchdog thread of one monitor, whatever it watches: each pass checks for a whole-process freeze, lets its
+/// `ProbeSource` read and step every watched thread, answers a snapshot request, exports statistics when due, and
 /// sleeps until the earliest wake-up anyone asked for (on an eventfd with a nanosecond timeout, so `stop()` is
 /// immediate).
 final class Watchdog: Sendable {
@@ -44,14 +44,14 @@ final class Watchdog: Sendable {
         while !runner.isStopping {
             let now = cstallmon_monotonic_ns()
             if let frozen = freezeWatch.passBegins(now: now) { reportFreeze(frozen) }
-            var snapshotWaited = false
+            var pass = source.pass(now: now, freezes: freezeWatch.freezes)
+            // A snapshot on demand after the pass, so that its captures never delay the pass's reading of `now`.
             if let request = snapshots.pending(after: answeredSnapshot) {
                 answeredSnapshot = request
                 let (parts, waited) = source.snapshotParts()
-                snapshotWaited = waited
+                pass.waitedOnItsOwnWork = pass.waitedOnItsOwnWork || waited
                 snapshots.contribute(ObjectIdentifier(self), generation: request, parts: parts)
             }
-            var pass = source.pass(now: now, freezes: freezeWatch.freezes)
             if pass.watchedNothing {
                 freezeWatch.skipNextWake()
                 runner.wait(until: min(pass.wakeAt, now + idlePoll))
@@ -59,8 +59,8 @@ final class Watchdog: Sendable {
             }
             if let due = source.statisticsDue, now >= due { source.exportStatistics(now: now) }
             if let due = source.statisticsDue { pass.wakeAt = min(pass.wakeAt, due) }
-            let waited = snapshotWaited || pass.waitedOnItsOwnWork
-            if let frozen = freezeWatch.passEnds(began: now, waitedOnItsOwnWork: waited, wakeAt: pass.wakeAt) {
+            if let frozen = freezeWatch.passEnds(began: now, waitedOnItsOwnWork: pass.waitedOnItsOwnWork,
+                                                 wakeAt: pass.wakeAt) {
                 reportFreeze(frozen)
             }
             runner.wait(until: pass.wakeAt)

@@ -70,3 +70,14 @@ struct StarvationDecisionTests {
         #expect(stopped && !decision.isStarving && !again)
     }
 }
+
+/// Where a starvation report puts each culprit's job end.
+struct StarvationCulpritTimesTests {
+    @Test func aCulpritsJobEndsWhenSeenOverOrAtTheSaturationsEndAndNeverBeforeItBegan() {
+        #expect(StarvationWatch.jobEnd(since: 100, endedAt: 150, saturationEnd: 200) == 150, "seen over")
+        #expect(StarvationWatch.jobEnd(since: 100, endedAt: nil, saturationEnd: 200) == 200, "ran throughout")
+        // A job that began after the pass read its clock (its worker read later): zero long, not 2^64 - 5.
+        #expect(StarvationWatch.jobEnd(since: 205, endedAt: nil, saturationEnd: 200) == 205)
+        #expect(StarvationWatch.jobEnd(since: 205, endedAt: 203, saturationEnd: 200) == 205)
+    }
+}
