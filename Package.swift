@@ -136,6 +136,7 @@ let package = Package(
                 "StallmonReport",
                 "StallmonUpload",
                 "CStallmonCLI",
+                "CStallmonLoopShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

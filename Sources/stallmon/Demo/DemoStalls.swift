@@ -1,3 +1,4 @@
+import CStallmonLoopShims
 import Foundation
 import StallmonLoop
 import Synchronization
@@ -93,7 +94,7 @@ enum DemoStalls {
         let peer = accept(listener, nil, nil)
         guard peer >= 0 else { return -1 }
         Thread.detachNewThread {
-            Thread.current.name = "slow-peer"
+            cstallmon_set_thread_name("slow-peer")
             usleep(UInt32(milliseconds) * 1000)
             var byte: UInt8 = 42
             _ = write(peer, &byte, 1)
@@ -110,7 +111,10 @@ enum DemoStalls {
     static func waitForContendedLock(_ lock: ContendedLock, milliseconds: Int) {
         let holding = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
-            Thread.current.name = "ledger-writer"  // the report names the lock's holder by this name
+            // The report names the lock's holder by this name. Set on the thread itself: Foundation's
+            // `Thread.current.name` reaches the kernel only if the parent already recorded the new thread's handle,
+            // a race a loaded run lost (the holder was reported as "stallmon").
+            cstallmon_set_thread_name("ledger-writer")
             lock.holdFor(milliseconds: milliseconds, signalWhenHeld: holding)
         }
         holding.wait()
