@@ -246,9 +246,13 @@ struct NIOStallMonitorTests {
         let monitor = try NIOStallMonitor(group: group, configuration: configuration(directory))
         monitor.start()
         let loop = group.next()
+        let iterations = { monitor.statisticsByLoop.values.first?.loop.iterations ?? 0 }
         for _ in 0..<20 {
+            let before = iterations()
             _ = try loop.submit { usleep(3_000) }.wait()  // 3 ms busy
-            usleep(5_000)  // the loop goes back to its selector: one tick per task
+            // The loop goes back to its selector before the next task, so each task is a tick of its own: a fixed
+            // pause was not enough on a loaded machine, where the next task joined the tick of the one before.
+            _ = eventually(timeout: .seconds(5)) { iterations() > before }
         }
         let statistics = try #require(monitor.statisticsByLoop.values.first).loop
         monitor.stop()
