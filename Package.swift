@@ -214,14 +214,6 @@ let package = Package(
                 "StallmonTestSupport",
             ]
         ),
-        .testTarget(
-            name: "StallmonLifecycleTests",
-            dependencies: [
-                "StallmonLifecycle", "Stallmon", "StallmonLoop", "StallmonReport", "StallmonTestSupport",
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Logging", package: "swift-log"),
-            ]
-        ),
         // Shared by the test targets: a scripted HTTP collector (receiver.py) on 127.0.0.1.
         .target(name: "StallmonTestSupport", dependencies: ["StallmonLoop", "StallmonReport", "Stallmon", "StallmonUpload"],
                 path: "Tests/StallmonTestSupport",
