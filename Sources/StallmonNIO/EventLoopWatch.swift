@@ -1,4 +1,5 @@
 #if NIO
+import CStallmonLoopShims
 import CStallmonNIOHook
 import NIOCore
 import Stallmon
@@ -44,7 +45,13 @@ final class EventLoopWatch: Sendable {
             cstallmon_wait_hook_set_selector(hook, selector ?? -1)
             selectorFound.store(selector != nil, ordering: .relaxed)
             let result = cstallmon_wait_hook_install(hook)
-            if result == 0 { watch.bindCurrentThread() }
+            if result == 0 {
+                watch.bindCurrentThread()
+                // Installed inside a tick (this set-up task's), whose wake-up the hook never saw: open it now, so
+                // that what runs in it after the set-up (a task submitted before the loop got back to its selector,
+                // common on a loaded machine) is measured, not lost with it.
+                watch.loopProbe.loopWoke(at: cstallmon_monotonic_ns())
+            }
             return result
         }
     }
