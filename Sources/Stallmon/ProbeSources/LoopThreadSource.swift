@@ -25,6 +25,8 @@ final class LoopThreadSource: ProbeSource {
     private var loopStats: LoopStatsReporter?
     private var capturer: StackCapturer?
     private var boundThread: Int32 = 0
+    /// How often an unbound loop thread is looked for.
+    private let idlePoll: UInt64
     let threadName = "stallmon-watch"
 
     init(probe: LoopProbe, binding: ThreadBinding, loopName: String, currentLabel: @escaping @Sendable () -> UInt32,
@@ -38,6 +40,7 @@ final class LoopThreadSource: ProbeSource {
         client = collaborators.client
         writer = collaborators.writer
         configuration = client.configuration
+        idlePoll = StallTracker.detectorConfiguration(configuration).idlePoll
         tracker = StallTracker(loopName: loopName, annotations: annotations, collaborators: collaborators)
     }
 
@@ -52,7 +55,6 @@ final class LoopThreadSource: ProbeSource {
     }
 
     func pass(now: UInt64, freezes: FreezeTracker) -> ProbePass {
-        let idlePoll = StallTracker.detectorConfiguration(configuration).idlePoll
         guard let bound = binding.load() else { return ProbePass(wakeAt: now + idlePoll, watchedNothing: true) }
         if capturer?.slot != bound.slot {
             capturer = StackCapturer(slot: bound.slot, maxFrames: configuration.maxFrames,

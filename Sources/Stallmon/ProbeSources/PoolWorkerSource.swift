@@ -36,6 +36,8 @@ final class PoolWorkerSource: ProbeSource {
     private let mainActorName: String
     private let collaborators: StallTracker.Collaborators
     private let configuration: StallMonitorConfiguration
+    /// The longest a pass waits when no worker asks for sooner.
+    private let idlePoll: UInt64
     let threadName = "stallmon-pool"
     private let poolClasses: [PoolStatsReporter.PoolClass]
     private var workers: [Int32: Worker] = [:]
@@ -54,6 +56,7 @@ final class PoolWorkerSource: ProbeSource {
         self.mainActorName = mainActorName
         self.collaborators = collaborators
         configuration = collaborators.client.configuration
+        idlePoll = StallTracker.detectorConfiguration(configuration).idlePoll
         lender = SlotLender(maxFrames: configuration.maxFrames, timeout: configuration.captureTimeout,
                             maxOwedSlots: 8)
         poolClasses = Self.poolClasses(poolName: poolName, mainActorName: mainActorName)
@@ -63,7 +66,7 @@ final class PoolWorkerSource: ProbeSource {
     }
 
     func pass(now: UInt64, freezes: FreezeTracker) -> ProbePass {
-        var pass = ProbePass(wakeAt: now + StallTracker.detectorConfiguration(configuration).idlePoll)
+        var pass = ProbePass(wakeAt: now + idlePoll)
         inProgress = [UInt64](repeating: 0, count: poolClasses.count)
         workersAlive = 0
         var readings: [WorkerReading] = []

@@ -34,7 +34,6 @@ final class Watchdog: Sendable {
     }
 
     private func run() {
-        let idlePoll = StallTracker.detectorConfiguration(client.configuration).idlePoll
         var freezeWatch = FreezeWatch(thresholdNanoseconds: UInt64(client.configuration.threshold.nanosecondsClamped))
         let snapshots = SnapshotCoordinator.shared
         var answeredSnapshot: UInt64 = 0
@@ -54,7 +53,7 @@ final class Watchdog: Sendable {
             }
             if pass.watchedNothing {
                 freezeWatch.skipNextWake()
-                runner.wait(until: min(pass.wakeAt, now + idlePoll))
+                runner.wait(until: pass.wakeAt)
                 continue
             }
             if let due = source.statisticsDue, now >= due { source.exportStatistics(now: now) }
