@@ -121,7 +121,9 @@ struct UploadCommandTests {
 
     @Test("--daemon: SIGTERM abandons a slow request within the deadline, exits 0 and keeps the reports")
     func daemonGracefulShutdown() async throws {
-        let receiver = try Receiver(plan: #"[{"sleep":8,"status":200}]"#)
+        // The request would take a minute: a daemon that waited it out instead of abandoning it at its 1 s deadline
+        // is still running when the wait below gives up. (No bound on how fast it exits: a loaded machine took 4.2 s.)
+        let receiver = try Receiver(plan: #"[{"sleep":60,"status":200}]"#)
         let (directory, _) = try Self.spooled(3)
         defer { directory.remove() }
         let daemon = try RunningCLI(["upload", directory.path, "--endpoint", receiver.baseURL, "--daemon",
@@ -129,13 +131,11 @@ struct UploadCommandTests {
         defer { daemon.cleanUp() }
         let deadline = ContinuousClock.now.advanced(by: .seconds(10))
         while receiver.arrivals == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
-        let signalled = ContinuousClock.now
+        try #require(receiver.arrivals == 1, "the request is in flight when SIGTERM comes")
         kill(daemon.process.processIdentifier, SIGTERM)
-        let exited = await daemon.waitForExit(timeout: .seconds(6))
-        let took = ContinuousClock.now - signalled
-        #expect(exited, "exits on SIGTERM: \(daemon.stderr)")
+        let exited = await daemon.waitForExit(timeout: .seconds(30))
+        #expect(exited, "exits on SIGTERM, abandoning the request in flight: \(daemon.stderr)")
         #expect(daemon.process.terminationStatus == 0)
-        #expect(took < .seconds(4), "within the 1 s deadline plus shutdown: \(took)")
         #expect(try Spool(reportDirectory: directory.path).pending().count == 3, "the unacknowledged batch is kept")
         #expect(daemon.stderr.contains("pending 3"), "\(daemon.stderr)")
     }
