@@ -157,7 +157,7 @@ let package = Package(
         // A child process of ConcurrencyStallMonitorTests: plain Swift Concurrency that stalls the global executor.
         .executableTarget(
             name: "stallmon-async-fixture",
-            dependencies: ["Stallmon", "StallmonLoop", "CStallmonCapture", "CStallmonLoopShims",
+            dependencies: ["Stallmon", "StallmonLoop", "CStallmonCapture", "CStallmonConcurrency", "CStallmonLoopShims",
                            .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "NIOPosix", package: "swift-nio")],
             path: "Tests/StallmonAsyncFixture"

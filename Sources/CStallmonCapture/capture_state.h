@@ -53,6 +53,8 @@ typedef struct {
     _Atomic int32_t retired;    // released by its owner while a late handler may still come
     uint32_t max_frames;        // written by the watchdog before arming, read by the handler
     uint32_t frame_count;       // written by the handler before DONE
+    uint32_t want_frame_pointers;   // written by the watchdog before arming: record each frame's RBP too
+    uint32_t has_frame_pointers;    // written by the handler before DONE: `frame_pointers` matches `frames`
     uintptr_t stack_low;        // the thread's stack bounds, recorded at warm-up (0: unknown)
     uintptr_t stack_high;
     int32_t in_loader;          // the handler found the thread inside the dynamic loader
@@ -63,6 +65,8 @@ typedef struct {
     uint64_t entered_ns;
     uint64_t done_ns;
     uintptr_t frames[CSTALLMON_MAX_FRAMES];
+    // Each frame's RBP as the unwinder restored it: an async function's frame pointer, below which its context is.
+    uintptr_t frame_pointers[CSTALLMON_MAX_FRAMES];
     // Scratch of the handler running for this slot's thread (one at a time), here rather than on the signal stack,
     // which may be a small alternate stack set up by someone else (SA_ONSTACK).
     void *trace[CSTALLMON_MAX_FRAMES + CSTALLMON_TRACE_EXTRA];

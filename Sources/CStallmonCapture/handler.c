@@ -143,9 +143,12 @@ static void unwind_into(capture_slot *slot, void *ucontext) {
     slot->frame_count = 0;
     slot->truncated = 0;
     slot->unwind_error = 0;
+    slot->has_frame_pointers = 0;
     // The fast trace creates its per-thread cache on a thread's first use (mmap, pthread_setspecific): only on a
-    // thread that ran warm-up at a known point, never on one borrowed for a moment (a lock's holder).
-    if (atomic_load(&slot->warmed) && fast_trace_into(slot, ucontext)) return;
+    // thread that ran warm-up at a known point, never on one borrowed for a moment (a lock's holder). It returns
+    // addresses only, so a capture that wants frame pointers (a pool worker's, for its await chain) steps instead.
+    const int want_frame_pointers = slot->want_frame_pointers != 0;
+    if (!want_frame_pointers && atomic_load(&slot->warmed) && fast_trace_into(slot, ucontext)) return;
     int rc = unw_init_local2(cursor, (unw_context_t *)ucontext, UNW_INIT_SIGNAL_FRAME);
     if (rc < 0) {
         slot->unwind_error = rc;
@@ -160,10 +163,20 @@ static void unwind_into(capture_slot *slot, void *ucontext) {
             slot->truncated = 1;
             break;
         }
+#if defined(__x86_64__)
+        if (want_frame_pointers) {
+            unw_word_t frame_pointer = 0;
+            unw_get_reg(cursor, UNW_X86_64_RBP, &frame_pointer);
+            slot->frame_pointers[count] = (uintptr_t)frame_pointer;
+        }
+#endif
         slot->frames[count++] = (uintptr_t)ip;
         if (unw_step(cursor) <= 0) break;
     }
     slot->frame_count = count;
+#if defined(__x86_64__)
+    slot->has_frame_pointers = (uint32_t)want_frame_pointers;
+#endif
 }
 
 // Async-signal-safe (one sigaltstack system call). True when this handler runs on an alternate signal stack (we

@@ -176,6 +176,12 @@ void cstallmon_set_test_hook_after_capture(void (*hook)(int)) { atomic_store(&g_
 
 void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_t timeout_ns,
                        cstallmon_capture_result *result) {
+    cstallmon_capture_with_frame_pointers(index, frames, NULL, max_frames, timeout_ns, result);
+}
+
+void cstallmon_capture_with_frame_pointers(int index, uintptr_t *frames, uintptr_t *frame_pointers,
+                                           uint32_t max_frames, int64_t timeout_ns,
+                                           cstallmon_capture_result *result) {
     memset(result, 0, sizeof *result);
     const int signal_number = atomic_load(&g_state.signal_number);
     if (cstallmon_slot_at(index) == NULL || signal_number == 0) {
@@ -226,6 +232,7 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
         cstallmon_table_request_refresh(changed);
     }
     slot->max_frames = max_frames < CSTALLMON_MAX_FRAMES ? max_frames : CSTALLMON_MAX_FRAMES;
+    slot->want_frame_pointers = frame_pointers != NULL;
     int32_t expected = SLOT_IDLE;
     if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_REQUESTED)) {
         result->status = CSTALLMON_CAPTURE_NOT_READY;
@@ -270,6 +277,10 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
     const uint32_t count = slot->frame_count < max_frames ? slot->frame_count : max_frames;
     memcpy(frames, slot->frames, count * sizeof(uintptr_t));
     result->frame_count = count;
+    if (frame_pointers != NULL && slot->has_frame_pointers) {
+        memcpy(frame_pointers, slot->frame_pointers, count * sizeof(uintptr_t));
+        result->has_frame_pointers = 1;
+    }
     result->truncated = slot->truncated;
     result->handler_entered_ns = slot->entered_ns;
     result->handler_done_ns = slot->done_ns;

@@ -6,6 +6,7 @@
 #include "CStallmonConcurrency.h"
 #include "CStallmonLoopShims.h"
 #include "cstallmon_histogram.h"
+#include "worker_jobs.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -871,13 +872,6 @@ uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations) {
 // 0: not checked yet; 1: the layout gave the right name; -1: it did not (names are never read).
 static _Atomic int g_task_name_layout;
 
-static bool read_own(uintptr_t address, void *buffer, size_t length) {
-    if (address == 0) return false;
-    struct iovec local = {.iov_base = buffer, .iov_len = length};
-    struct iovec remote = {.iov_base = (void *)address, .iov_len = length};
-    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)length;
-}
-
 // Copies the C string at `address` (at most capacity - 1 bytes) page by page, so a string ending just before an
 // unmapped page is still read. Returns its length, or -1 if unreadable or longer than the buffer.
 static ssize_t read_own_string(uintptr_t address, char *out, size_t capacity) {
@@ -920,37 +914,41 @@ int cstallmon_concurrency_check_task_names(uintptr_t current_task, const char *e
     return verdict;
 }
 
-ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size_t capacity) {
-    if (capacity == 0 || index < 0 || index >= CSTALLMON_MAX_WORKERS || (sequence & 1) == 0) return -1;
-    if (atomic_load_explicit(&g_task_name_layout, memory_order_acquire) != 1) return -1;
+bool cstallmon_worker_job(int index, uint64_t sequence, uintptr_t *job, uint32_t *attributes) {
+    if (index < 0 || index >= CSTALLMON_MAX_WORKERS || (sequence & 1) == 0) return false;
     worker_probe *probe = &g_state.probes[index];
-    if (atomic_load_explicit(&probe->sequence, memory_order_acquire) != sequence) return -1;
-    uint32_t attributes = atomic_load_explicit(&probe->job_attributes, memory_order_relaxed);
-    uintptr_t task = atomic_load_explicit(&probe->job, memory_order_relaxed);
+    if (atomic_load_explicit(&probe->sequence, memory_order_acquire) != sequence) return false;
+    *attributes = atomic_load_explicit(&probe->job_attributes, memory_order_relaxed);
+    *job = atomic_load_explicit(&probe->job, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&probe->sequence, memory_order_relaxed) != sequence) return -1;
-    if ((attributes & JOB_NAMED_TASK) == 0) return -1;
+    return atomic_load_explicit(&probe->sequence, memory_order_relaxed) == sequence;
+}
+
+bool cstallmon_worker_still_runs(int index, uint64_t sequence) {
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&g_state.probes[index].sequence, memory_order_relaxed) == sequence;
+}
+
+ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size_t capacity) {
+    if (capacity == 0) return -1;
+    if (atomic_load_explicit(&g_task_name_layout, memory_order_acquire) != 1) return -1;
+    uintptr_t task;
+    uint32_t attributes;
+    if (!cstallmon_worker_job(index, sequence, &task, &attributes) || (attributes & JOB_NAMED_TASK) == 0) return -1;
     ssize_t length = read_task_name(task, out, capacity);
     // Still the same job after the reads: the task was alive throughout, so what was read is its name.
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&probe->sequence, memory_order_relaxed) != sequence) return -1;
-    return length;
+    return cstallmon_worker_still_runs(index, sequence) ? length : -1;
 }
 
 ssize_t cstallmon_worker_label(int index, uint64_t sequence, char *out, size_t capacity) {
-    if (capacity == 0 || index < 0 || index >= CSTALLMON_MAX_WORKERS || (sequence & 1) == 0) return -1;
-    worker_probe *probe = &g_state.probes[index];
-    if (atomic_load_explicit(&probe->sequence, memory_order_acquire) != sequence) return -1;
-    uint32_t attributes = atomic_load_explicit(&probe->job_attributes, memory_order_relaxed);
-    uintptr_t job = atomic_load_explicit(&probe->job, memory_order_relaxed);
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&probe->sequence, memory_order_relaxed) != sequence) return -1;
+    if (capacity == 0) return -1;
+    uintptr_t job;
+    uint32_t attributes;
+    if (!cstallmon_worker_job(index, sequence, &job, &attributes)) return -1;
     if ((attributes & 0xFF) != 0) return -1;  // not a task: an actor's drain job has no task of its own
     ssize_t length = cstallmon_label_read(job, out, capacity);
     // Still the same job: the label found is its task's (a task's address is reused only after it is freed).
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&probe->sequence, memory_order_relaxed) != sequence) return -1;
-    return length;
+    return cstallmon_worker_still_runs(index, sequence) ? length : -1;
 }
 
 // MARK: - The canary (the watchdog thread sends it; a worker runs it)

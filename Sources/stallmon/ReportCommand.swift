@@ -14,7 +14,9 @@ struct ReportCommand: ParsableCommand {
             blocked, starved) and top in-app frame with file:line. Unreadable files are skipped with one warning \
             each on standard error. With --format json, prints one object of schema stallmon.summary/1 (see \
             README). --folded writes all samples as folded stacks (flamegraph.pl, speedscope); --html writes a \
-            self-contained page with the histogram, the groups and an interactive flame graph.
+            self-contained page with the histogram, the groups and an interactive flame graph. --chains lists, \
+            under each group, the await chains its async stalls were reached through (the async functions that \
+            awaited the blocking code), and how many stalls each.
 
             --since and --until take an ISO 8601 time (2026-11-22T10:00:00Z, 2026-11-22) or an age: 90s, 30m, \
             1h, 2d, 1w (ago).
@@ -47,6 +49,9 @@ struct ReportCommand: ParsableCommand {
     @Option(help: "Also write a self-contained HTML report (histogram, groups, flame graph) to this file.")
     var html: String?
 
+    @Flag(help: "Show each group's await chains: which async callers reached its blocking code, how often.")
+    var chains = false
+
     @OptionGroup var config: ConfigOptions
 
     func validate() throws {
@@ -61,7 +66,7 @@ struct ReportCommand: ParsableCommand {
         let configuration = try config.load()
         let directory = self.directory ?? configuration.reportDirectory
         // The summary needs a few members per report; whole reports are only decoded for --folded and --html.
-        let wantsSamples = folded != nil || html != nil
+        let wantsSamples = folded != nil || html != nil || chains
         let digests: [(path: String, report: StallDigest)]
         var reports: [String: StallReport] = [:]
         let problems: [ReportReadError]
@@ -93,6 +98,7 @@ struct ReportCommand: ParsableCommand {
         }
         var summary = StallSummary(directory: directory, digests: selected, unreadable: problems.count)
         summary.groups = Array(summary.groups.prefix(top))
+        if chains { summary.addAwaitChains(selected.compactMap { reports[$0.path] }) }
         switch format {
         case .json:
             let encoder = JSONEncoder()
@@ -171,12 +177,31 @@ enum SummaryText {
         }
         out += Table.render(header: ["COUNT", "TOTAL", "P50", "MAX", "CLASS", "SIG", "TOP IN-APP FRAME"], rows: rows,
                             rightAligned: [0, 1, 2, 3])
+        out += awaitChains(summary.groups)
         let waits = summary.groups.filter { $0.waitingOn != nil }
         if !waits.isEmpty {
             out += "\nWhat blocked groups waited on most:\n"
             for group in waits {
                 let signature = group.signature.map { String($0.prefix(8)) } ?? group.topFrame
                 out += "  \(signature): \(group.waitingOn!) (\(group.waitingOnCount ?? 0) of \(group.count))\n"
+            }
+        }
+        return out
+    }
+
+    /// With --chains: under each group with async stalls, the chains that reached it, innermost caller first.
+    static func awaitChains(_ groups: [StallSummary.Group]) -> String {
+        let withChains = groups.filter { $0.chains?.isEmpty == false }
+        guard !withChains.isEmpty else { return "" }
+        var out = "\nAwait chains (who awaited the blocking code, innermost first):\n"
+        for group in withChains {
+            out += "  \(group.signature.map { String($0.prefix(8)) } ?? "-")  \(group.topFrame)\n"
+            for chain in group.chains ?? [] {
+                let stalls = "\(chain.stalls) of \(group.count)"
+                // A deep recursion would fill the screen: its first callers, and how many more.
+                var shown = chain.functions.prefix(8).joined(separator: "\n             ← ")
+                if chain.functions.count > 8 { shown += "\n             ← … \(chain.functions.count - 8) more" }
+                out += "    \(stalls.padding(toLength: 8, withPad: " ", startingAt: 0)) \(shown)\n"
             }
         }
         return out

@@ -120,6 +120,13 @@ enum ReportText {
             return out + "\n  (no stack captured)\n"
         }
         out += frameLines(stack, report)
+        if stack.contains(where: { report.frames.indices.contains($0) && report.frames[$0].async == true }) {
+            out += "  ([async]: an async function awaiting the frame above, at the line where it resumes)\n"
+        }
+        if report.samples.contains(where: { $0.awaitChainTruncated == true }) {
+            out += "  (the await chain was longer than \(AwaitChain.maxResumePoints) resume points: its outermost callers are "
+                + "not shown)\n"
+        }
         return out
     }
 
@@ -222,6 +229,7 @@ enum ReportText {
             var name = frame.symbol ?? "???"
             if let offset = frame.symbolOffset { name += " + \(offset)" }
             if frame.inlined == true { name += " [inlined]" }
+            if frame.async == true { name += " [async]" }
             var line = "\(frame.inApp ? ">" : " ") #\(depth) \(frame.address)  \(name)"
             if let location = StallReport.location(file: frame.file, line: frame.line) { line += "  at \(location)" }
             let module = frame.module.map { $0.split(separator: "/").last.map(String.init) ?? $0 } ?? "?"

@@ -5,6 +5,7 @@
 //
 // Each line it prints on stdout is `measured NAME MILLISECONDS TID` (what a stalling job measured around its own
 // stall) or `error MESSAGE`. Exit status: 0 done, 3 the monitor could not be created (message on stderr).
+import CStallmonConcurrency
 import CStallmonLoopShims
 import Foundation
 import Glibc
@@ -247,6 +248,94 @@ enum MainActorWork {
     }
 }
 
+/// Four async functions of the fixture, each suspending once for real before it awaits the next; the innermost
+/// blocks its worker (CPU, a sleep, or a lock another thread holds). The await chain of each stall must name all four.
+enum AwaitChains {
+    enum Blocking: String, Sendable { case cpu, sleep, lock }
+
+    static let lock = HeldLock()
+
+    @inline(never)
+    static func handleRequest(_ blocking: Blocking) async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await loadAccount(blocking) + 1
+    }
+
+    @inline(never)
+    static func loadAccount(_ blocking: Blocking) async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await fetchLedger(blocking) + 1
+    }
+
+    @inline(never)
+    static func fetchLedger(_ blocking: Blocking) async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await readLedgerRecord(blocking) + 1
+    }
+
+    @inline(never)
+    static func readLedgerRecord(_ blocking: Blocking) async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        var result = 0
+        measured("chain-\(blocking.rawValue)") {
+            switch blocking {
+            case .cpu: result = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs)
+            case .sleep: AsyncStalls.blockingSleep(milliseconds: 3 * thresholdMs)
+            case .lock: lock.acquireAndRelease()
+            }
+        }
+        return result
+    }
+
+    /// Awaits itself `depth` times (each suspending once), then spins: a chain longer than stallmon follows.
+    @inline(never)
+    static func descend(_ depth: Int) async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        if depth == 0 {
+            var result = 0
+            measured("chain-deep") { result = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+            return result
+        }
+        return await descend(depth - 1) + 1
+    }
+
+    /// The same four on the main actor.
+    @MainActor @inline(never)
+    static func handleOnMain() async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await loadOnMain() + 1
+    }
+
+    @MainActor @inline(never)
+    static func loadOnMain() async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await fetchOnMain() + 1
+    }
+
+    @MainActor @inline(never)
+    static func fetchOnMain() async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await readOnMain() + 1
+    }
+
+    @MainActor @inline(never)
+    static func readOnMain() async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        var result = 0
+        measured("chain-main") { result = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+        return result
+    }
+}
+
+/// An actor whose method awaits the fixture's functions.
+actor Accounts {
+    @inline(never)
+    func settle() async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await AwaitChains.loadAccount(.sleep) + 1
+    }
+}
+
 switch scenario {
 case "stalls":
     // One of each kind, one after the other, then near misses that must not be reported.
@@ -281,6 +370,33 @@ case "stalls":
     try? await Task.sleep(for: .milliseconds(200))
     monitor.stop()
     say("jobs \(ConcurrencyStallMonitor.jobsTimed)")
+
+case "await-chains":
+    // Each stall awaited through the fixture's four functions: in a task (CPU), a task group's child (a sleep), a
+    // task whose innermost function waits for a lock, an actor's method, main-actor code, and a chain deeper than
+    // stallmon follows.
+    let monitor = makeMonitor()
+    monitor.start()
+    try? await Task.sleep(for: .milliseconds(100))  // the layout check runs at start, in a task of its own
+    say("layout \(cstallmon_concurrency_await_chain_layout())")
+    _ = await Task.detached { await AwaitChains.handleRequest(.cpu) }.value
+    try? await Task.sleep(for: .milliseconds(50))
+    await withTaskGroup(of: Int.self) { group in
+        group.addTask { await AwaitChains.handleRequest(.sleep) }
+        _ = await group.next()
+    }
+    try? await Task.sleep(for: .milliseconds(50))
+    AwaitChains.lock.holdOnAnotherThread(milliseconds: 3 * thresholdMs)
+    _ = await Task.detached { await AwaitChains.handleRequest(.lock) }.value
+    try? await Task.sleep(for: .milliseconds(50))
+    _ = await Accounts().settle()
+    try? await Task.sleep(for: .milliseconds(50))
+    _ = await Task.detached { await AwaitChains.handleOnMain() }.value
+    try? await Task.sleep(for: .milliseconds(50))
+    _ = await Task.detached { await AwaitChains.descend(Int(CSTALLMON_MAX_AWAIT_FRAMES) + 10) }.value
+    try? await Task.sleep(for: .milliseconds(200))
+    monitor.stop()
+    report()
 
 case "json":
     // A CPU-heavy encode in Foundation's code: the top frame must be this fixture's function, not Foundation's.

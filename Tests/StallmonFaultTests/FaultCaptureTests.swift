@@ -325,7 +325,8 @@ extension FaultTests {
                 if round % 4 != 3 {
                     // The thread exits after the capture gave up.
                     let first = Self.capture(slot: slot, timeout: timeout)
-                    #expect(CaptureStatus(first.result.status) == .timedOut, "round \(round)")
+                    #expect(CaptureStatus(first.result.status) == .timedOut,
+                            "round \(round): errno \(first.result.error_number), replaced \(first.result.handler_replaced)")
                     #expect(first.nanoseconds <= bound, "round \(round): \(Double(first.nanoseconds) / 1e6) ms")
                     slowestTimeout = max(slowestTimeout, first.nanoseconds)
                     let second = Self.capture(slot: slot, timeout: timeout)

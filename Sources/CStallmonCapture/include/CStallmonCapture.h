@@ -58,6 +58,7 @@ typedef struct {
     uint32_t truncated;          ///< 1 when the stack was deeper than the buffer
     uint32_t handler_replaced;   ///< 1 when the signal's handler is no longer ours: nothing was sent (SIGNAL_FAILED)
     uint32_t unknown_image;      ///< 1 when the stack reached code in no known image; its last frame is that code
+    uint32_t has_frame_pointers; ///< 1 when the caller's `frame_pointers` were filled, one per frame
     uint64_t signal_sent_ns;     ///< just before tgkill
     uint64_t handler_entered_ns; ///< first instruction of the handler's work on the target thread
     uint64_t handler_done_ns;    ///< the handler published its frames
@@ -139,6 +140,14 @@ int cstallmon_slot_release(int slot);
 /// NOT async-signal-safe (it is the waiting side); never blocks longer than `timeout_ns`.
 void cstallmon_capture(int slot, uintptr_t *frames, uint32_t max_frames, int64_t timeout_ns,
                        cstallmon_capture_result *result);
+
+/// The same, and each frame's RBP as the unwinder restored it into `frame_pointers` (as many as `frames`; for the
+/// await chain of an async function, whose context is stored below its frame pointer). The handler then steps
+/// frame by frame instead of using the fast trace. `has_frame_pointers` says whether they were filled.
+/// NOT async-signal-safe (it is the waiting side); never blocks longer than `timeout_ns`.
+void cstallmon_capture_with_frame_pointers(int slot, uintptr_t *frames, uintptr_t *frame_pointers,
+                                           uint32_t max_frames, int64_t timeout_ns,
+                                           cstallmon_capture_result *result);
 
 /// Frees a slot its owner released while a late handler was still owed, when the thread that handler was owed on
 /// has exited (its pending signal died with it). Returns 1 when the slot is free (now or already), 0 while it

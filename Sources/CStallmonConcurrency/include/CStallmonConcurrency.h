@@ -132,6 +132,46 @@ int cstallmon_concurrency_check_task_names(uintptr_t current_task, const char *e
 /// For the watchdog thread; NOT async-signal-safe (system calls).
 ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size_t capacity);
 
+// MARK: Await chains
+//
+// In async code a thread's stack ends where its job began: the functions that awaited the running one are suspended,
+// and live only as the task's async contexts, each starting with its caller's context and the address where that
+// caller resumes. An async function's frame keeps its context just below its frame pointer. The watchdog reads them
+// (process_vm_readv, never the worker) from the frame pointers a capture recorded
+// (`cstallmon_capture_with_frame_pointers`). The layout is Swift 6.3's on 64-bit Linux, not a public interface:
+// checked once at start with real functions, and chains are read only after that check passed.
+
+/// Resume points an await chain holds at most; a longer chain is cut at this many (its outermost callers dropped).
+#define CSTALLMON_MAX_AWAIT_FRAMES 64
+
+/// The await chain of the task that probe `index` runs as its job `sequence` (odd), found from the `frame_count`
+/// frame pointers of a capture of that worker: the outermost async frame whose context leads to that task's first
+/// context. Writes innermost first where each awaiting function resumes (a function's entry, not a return address),
+/// ending with the task's root; `attached_frame` is the index of the frame the chain continues. Returns how many
+/// were written (at most `capacity`; `truncated` set when more were left), or -1: the job is over or is not a task,
+/// no frame led to its contexts, or the layout check has not passed. The probe is read again after the reads, so a
+/// chain is returned only if its job ran throughout. For the watchdog thread; NOT async-signal-safe (system calls).
+int cstallmon_worker_await_chain(int index, uint64_t sequence, const uintptr_t *frame_pointers,
+                                 uint32_t frame_count, uintptr_t *out, uint32_t capacity, uint32_t *truncated,
+                                 uint32_t *attached_frame);
+
+/// The chain of the async frame at `frame_pointer` of `task`, which the caller knows to be alive (tests, the
+/// benchmark); read whatever the layout check said. Returns as `cstallmon_worker_await_chain`. NOT
+/// async-signal-safe (system calls).
+int cstallmon_task_await_chain(uintptr_t task, uintptr_t frame_pointer, uintptr_t *out, uint32_t capacity,
+                               uint32_t *truncated);
+
+/// The layout check, in two calls from a task the monitor starts: an async `outer` function awaits an async `inner`
+/// one; `inner`, after a real suspension, calls `..._inner` with the running task (`withUnsafeCurrentTask`), which
+/// reads the chain of `inner`'s own frame; `outer`, right after `inner` returned, calls `..._outer`. The check
+/// passes when that chain begins with where `outer` resumed: the partial function the second call came from.
+/// Returns 1 (chains are read from then on) or -1 (never). One check at a time. NOT async-signal-safe.
+void cstallmon_concurrency_await_check_inner(uintptr_t current_task);
+int cstallmon_concurrency_await_check_outer(void);
+
+/// The layout check's verdict: 0 not run yet, 1 passed, -1 failed. Async-signal-safe (one atomic load).
+int cstallmon_concurrency_await_chain_layout(void);
+
 /// The pool classes jobs are counted in: the global executor's priority bands (high: user-initiated and above;
 /// medium: default, and unspecified; low: utility; background) and the main actor.
 typedef enum {

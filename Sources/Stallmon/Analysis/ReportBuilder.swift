@@ -51,7 +51,7 @@ struct ReportBuilder {
         var tops = Tally<String>()
         var topSummaries: [String: StallReport.FrameSummary] = [:]
         for sample in snapshot.samples {
-            let (indices, top) = table.expand(sample.frames)
+            let (indices, top) = table.expand(sample.frames, awaitChain: sample.awaitChain)
             if let top {
                 tops.add(top.symbol)
                 // The first seen, unless a later one has the file:line it lacks.
@@ -69,6 +69,7 @@ struct ReportBuilder {
                 label: sample.labelID == 0 ? nil : LooperLabel(id: sample.labelID).name,
                 state: sample.threadState.map { String($0) }, idle: idle ? true : nil)
             if sample.unknownImage { built.unknownImage = true }
+            if sample.awaitChain?.truncated == true { built.awaitChainTruncated = true }
             waits.append(afterEnd ? nil : sample.wait)
             if sample.wait != nil, !afterEnd, let holder = sample.holder {
                 built.holderState = holder.state.map { String($0) }
@@ -148,6 +149,8 @@ struct ReportBuilder {
         private struct Key: Hashable {
             var address: UInt
             var isReturnAddress: Bool
+            /// A resume point of an await chain.
+            var isAsync = false
         }
 
         let symbolicator: Symbolicator
@@ -158,20 +161,32 @@ struct ReportBuilder {
             self.symbolicator = symbolicator
         }
 
-        /// The frames of one stack (program counter, then return addresses), and its innermost in-app frame.
-        mutating func expand(_ addresses: [UInt]) -> (indices: [Int], top: StallReport.FrameSummary?) {
-            var stack: [Int] = []
-            var top: StallReport.FrameSummary?
-            for (position, address) in addresses.enumerated() {
-                let expanded = frames(of: Key(address: address, isReturnAddress: position > 0))
-                stack += expanded
-                if top == nil, let index = expanded.first(where: { frames[$0].inApp }) {
-                    let frame = frames[index]
-                    top = StallReport.FrameSummary(symbol: frame.symbol ?? "\(frame.module ?? "?")+\(frame.offset ?? "?")",
-                                                   module: frame.module, file: frame.file, line: frame.line)
-                }
+        /// The frames of one stack (program counter, then return addresses), continued through the job's await
+        /// chain after the async function's frame the chain belongs to, and its innermost in-app frame.
+        mutating func expand(_ addresses: [UInt], awaitChain: AwaitChain? = nil)
+            -> (indices: [Int], top: StallReport.FrameSummary?) {
+            var stack = addresses.enumerated().map { position, address in
+                frames(of: Key(address: address, isReturnAddress: position > 0))
             }
-            return (stack, top)
+            if let chain = awaitChain, stack.indices.contains(chain.attachedFrame) {
+                var resumed = chain.resumePoints.map {
+                    frames(of: Key(address: $0, isReturnAddress: false, isAsync: true))
+                }
+                // The chain may begin where the function of the frame it continues resumes (the context below a
+                // resumed partial function's frame pointer is its callee's): that function is on the stack already.
+                if let first = resumed.first?.last, let attached = stack[chain.attachedFrame].last,
+                   frames[first].functionKey == frames[attached].functionKey {
+                    resumed.removeFirst()
+                }
+                stack.insert(contentsOf: resumed, at: chain.attachedFrame + 1)
+            }
+            let indices = stack.flatMap { $0 }
+            let top = indices.first { frames[$0].inApp }.map { index in
+                let frame = frames[index]
+                return StallReport.FrameSummary(symbol: frame.symbol ?? "\(frame.module ?? "?")+\(frame.offset ?? "?")",
+                                                module: frame.module, file: frame.file, line: frame.line)
+            }
+            return (indices, top)
         }
 
         private mutating func frames(of key: Key) -> [Int] {
@@ -181,7 +196,7 @@ struct ReportBuilder {
                 address: hex(key.address), image: symbolized.imageIndex, module: symbolized.module,
                 buildId: symbolized.buildId, offset: symbolized.moduleOffset.map(hex),
                 symbol: symbolized.symbol, symbolOffset: symbolized.symbolOffset.map { Int($0) },
-                file: symbolized.file, line: symbolized.line, inApp: symbolized.inApp)
+                file: symbolized.file, line: symbolized.line, inApp: symbolized.inApp, async: key.isAsync ? true : nil)
             let logical = StallReport.Frame.expanding(physical, inlined: symbolized.inlined,
                                                       executable: symbolicator.executablePath,
                                                       rules: symbolicator.inAppRules)

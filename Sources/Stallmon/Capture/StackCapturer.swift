@@ -36,6 +36,9 @@ struct RawSample: Sendable {
     var wait: WaitTarget? = nil
     /// The holder of the lock it waited for, as the same moment saw it.
     var holder: HolderSample? = nil
+    /// For a job of a task: the async functions that awaited the one on the stack, read right after the capture
+    /// while the job still ran.
+    var awaitChain: AwaitChain? = nil
 
     /// A sample that has no stack because of `status` (no slot, the thread could not be signalled), taken now.
     static func failed(_ status: CaptureStatus, labelID: UInt32) -> RawSample {
@@ -50,21 +53,33 @@ final class StackCapturer {
     let maxFrames: Int
     let timeoutNanoseconds: Int64
     private let buffer: UnsafeMutablePointer<UInt>
+    /// Where a capture that wants them puts each frame's frame pointer (`maxFrames` of them).
+    let framePointerBuffer: UnsafeMutablePointer<UInt>
 
     init(slot: Int32, maxFrames: Int, timeout: Duration) {
         self.slot = slot
         self.maxFrames = maxFrames
         self.timeoutNanoseconds = timeout.nanosecondsClamped
         buffer = .allocate(capacity: maxFrames)
+        framePointerBuffer = .allocate(capacity: maxFrames)
     }
 
     deinit {
         buffer.deallocate()
+        framePointerBuffer.deallocate()
     }
 
     func capture(labelID: UInt32) -> RawSample {
+        capture(labelID: labelID, framePointers: nil).sample
+    }
+
+    /// A sample, and each frame's frame pointer when `framePointers` (room for `maxFrames`, e.g.
+    /// `framePointerBuffer`) is given and the handler could record them (nil otherwise).
+    func capture(labelID: UInt32, framePointers: UnsafeMutablePointer<UInt>?)
+        -> (sample: RawSample, framePointers: UnsafeBufferPointer<UInt>?) {
         var result = cstallmon_capture_result()
-        cstallmon_capture(slot, buffer, UInt32(maxFrames), timeoutNanoseconds, &result)
+        cstallmon_capture_with_frame_pointers(slot, buffer, framePointers, UInt32(maxFrames), timeoutNanoseconds,
+                                              &result)
         let status = CaptureStatus(result.status)
         let frames = Array(UnsafeBufferPointer(start: buffer, count: Int(result.frame_count)))
         let pause = result.handler_done_ns > result.signal_sent_ns ? result.handler_done_ns - result.signal_sent_ns : 0
@@ -74,6 +89,7 @@ final class StackCapturer {
                                labelID: labelID)
         sample.handlerReplaced = result.handler_replaced != 0
         sample.unknownImage = result.unknown_image != 0
-        return sample
+        let recorded = result.has_frame_pointers != 0 ? framePointers : nil
+        return (sample, recorded.map { UnsafeBufferPointer(start: $0, count: Int(result.frame_count)) })
     }
 }

@@ -126,7 +126,7 @@ final class PoolWorkerSource: ProbeSource {
             part.labelText = reading.label
             if cstallmon_worker_pin(reading.index, reading.generation) == 1 {
                 var capturer = lender.borrow(for: reading.tid)
-                part.sample = capturer?.capture(labelID: 0)
+                part.sample = capturer?.capture(labelID: 0, jobOf: reading)
                 lender.giveBack(&capturer)
                 cstallmon_worker_unpin(reading.index)
             }
@@ -215,15 +215,15 @@ final class PoolWorkerSource: ProbeSource {
         let tid = worker.tid
         let lender = lender
         var lent = worker.capturer
+        let jobReading = worker.jobReading
         let capture: (UInt32) -> RawSample = { label in
             // Pinned while signalled: the thread cannot finish exiting, so `tid` is still this worker's.
             guard cstallmon_worker_pin(index, generation) == 1 else { return .failed(.signalFailed, labelID: label) }
             defer { cstallmon_worker_unpin(index) }
             guard let capturer = lent ?? lender.borrow(for: tid) else { return .failed(.notReady, labelID: label) }
             lent = capturer
-            return capturer.capture(labelID: label)
+            return capturer.capture(labelID: label, jobOf: jobReading)
         }
-        let jobReading = worker.jobReading
         let poolName = poolName
         let mainActorName = mainActorName
         let target = StallTracker.Target(

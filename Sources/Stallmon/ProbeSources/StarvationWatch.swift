@@ -235,7 +235,7 @@ final class StarvationWatch {
         if cstallmon_worker_pin(worker.index, worker.generation) == 1 {
             defer { cstallmon_worker_unpin(worker.index) }
             var capturer = lender.borrow(for: worker.tid)
-            result = capturer?.capture(labelID: 0) ?? .failed(.notReady, labelID: 0)
+            result = capturer?.capture(labelID: 0, jobOf: worker) ?? .failed(.notReady, labelID: 0)
             lender.giveBack(&capturer)
         } else {
             result = .failed(.signalFailed, labelID: 0)

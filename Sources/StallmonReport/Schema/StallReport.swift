@@ -426,6 +426,9 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var holderStatus: CaptureStatus?
         public var holderFrames: [Int]?
         public var holderWaiting: String?
+        /// True when the job's await chain (the `async` frames) was longer than stallmon follows: its outermost
+        /// awaiting callers are missing.
+        public var awaitChainTruncated: Bool?
 
         package init(
             offsetMs: Double,
@@ -463,10 +466,14 @@ public struct StallReport: Codable, Sendable, Equatable {
         /// True when the compiler inlined this function into the next frame: both share one address, and this
         /// frame's `file`/`line` is inside the inlined function. Absent for physical frames.
         public var inlined: Bool?
+        /// True for a frame of a job's await chain: an async function suspended awaiting the frame before it, at the
+        /// place it resumes (`address` is that resume point, a function's entry; `file`/`line` where it resumes).
+        /// Absent for frames on the thread's stack.
+        public var async: Bool?
 
         public init(address: String, image: Int? = nil, module: String? = nil, buildId: String? = nil,
                     offset: String? = nil, symbol: String? = nil, symbolOffset: Int? = nil, file: String? = nil,
-                    line: Int? = nil, inApp: Bool, inlined: Bool? = nil) {
+                    line: Int? = nil, inApp: Bool, inlined: Bool? = nil, async: Bool? = nil) {
             self.address = address
             self.image = image
             self.module = module
@@ -478,6 +485,7 @@ public struct StallReport: Codable, Sendable, Equatable {
             self.line = line
             self.inApp = inApp
             self.inlined = inlined
+            self.async = async
         }
     }
 

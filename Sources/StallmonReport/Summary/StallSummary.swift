@@ -67,12 +67,69 @@ public struct StallSummary: Codable, Sendable, Equatable {
         /// `starvation` for a group of starved-pool reports (their signature is their culprits' set, so a group
         /// never mixes them with stalls); absent for stalls.
         public var kind: String?
+        /// With `stallmon report --chains`: the await chains its async stalls were reached through, most stalls
+        /// first; absent otherwise, and for a group with no async frames.
+        public var chains: [AwaitChainCount]?
 
         enum CodingKeys: String, CodingKey {
             case signature
             case stallClass = "class"
             case suppressed, topFrame, file, line, count, totalMs, maxMs, p50Ms, loops, reportIds, example
-            case waitingOn, waitingOnCount, kind
+            case waitingOn, waitingOnCount, kind, chains
+        }
+    }
+
+    /// One await chain of a group: the async functions that awaited the blocking code, innermost first (the service's
+    /// own, when any is in-app), and how many of the group's stalls were reached through it.
+    public struct AwaitChainCount: Codable, Sendable, Equatable {
+        public var functions: [String]
+        public var stalls: Int
+    }
+
+    /// The await chain of a report's hottest stack: the functions of its async frames, innermost first, named as
+    /// written (`fetchLedger(_:)`, not its "(3) await resume partial function for …"); only the service's own when
+    /// there are any (the compiler's thunks and the runtime's task root say nothing of who called). Empty when the
+    /// stack has no async frame.
+    public static func awaitChain(of report: StallReport) -> [String] {
+        let frames = (report.hottestStack?.frames ?? []).compactMap {
+            report.frames.indices.contains($0) ? report.frames[$0] : nil
+        }.filter { $0.async == true }
+        let named = frames.map { (frame: $0, function: awaitingFunction($0.functionKey)) }
+        let own = named.filter { $0.frame.inApp && !isCompilerThunk($0.function) }
+        return (own.isEmpty ? named : own).map(\.function)
+    }
+
+    /// The compiler's glue between a closure and the task that runs it: in the executable, but nobody's call site.
+    static func isCompilerThunk(_ function: String) -> Bool {
+        function.hasPrefix("partial apply forwarder for ") || function.hasPrefix("reabstraction thunk helper ")
+            || function.hasPrefix("thunk for ")
+    }
+
+    /// `function` without the demangler's partial-function prefix ("(3) await resume partial function for ").
+    static func awaitingFunction(_ function: String) -> String {
+        for marker in [" await resume partial function for ", " suspend resume partial function for "] {
+            if function.hasPrefix("("), let range = function.range(of: marker) {
+                return String(function[range.upperBound...])
+            }
+        }
+        return function
+    }
+
+    /// Fills in each group's `chains` from the full `reports` (matched to its members by id).
+    public mutating func addAwaitChains(_ reports: [StallReport]) {
+        let byID = Dictionary(reports.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        for index in groups.indices {
+            var counts: [[String]: (stalls: Int, first: Int)] = [:]
+            for id in groups[index].reportIds {
+                guard let report = byID[id] else { continue }
+                let chain = Self.awaitChain(of: report)
+                guard !chain.isEmpty else { continue }
+                let order = counts.count
+                counts[chain, default: (0, order)].stalls += 1
+            }
+            guard !counts.isEmpty else { continue }
+            groups[index].chains = counts.sorted { ($0.value.stalls, -$0.value.first) > ($1.value.stalls, -$1.value.first) }
+                .map { AwaitChainCount(functions: $0.key, stalls: $0.value.stalls) }
         }
     }
 

@@ -114,6 +114,24 @@ enum Handlers {
     }
 }
 
+/// The service's own layers under a route: each awaits for real (a database round trip, here a short sleep) before
+/// it calls down, and the innermost renders on the request's task. The report's await chain must reach the route.
+enum AccountService {
+    @inline(never)
+    static func statement(for id: String) async -> String {
+        try? await Task.sleep(for: .milliseconds(2))
+        return await StatementStore.render(id) + " for \(id)"
+    }
+}
+
+enum StatementStore {
+    @inline(never)
+    static func render(_ id: String) async -> String {
+        try? await Task.sleep(for: .milliseconds(2))
+        return measured("statement") { Handlers.renderInvoice(milliseconds: 200) }
+    }
+}
+
 @main
 struct Service {
     static func main() async throws {
@@ -164,6 +182,9 @@ struct Service {
         router.get("users/{id}/invoice") { _, context -> String in
             let id = try context.parameters.require("id")
             return measured("invoice") { Handlers.renderInvoice(milliseconds: 200) + " for \(id)" }
+        }
+        router.get("accounts/{id}/statement") { _, context -> String in
+            await AccountService.statement(for: try context.parameters.require("id"))
         }
         router.get("fast") { _, _ -> String in "fast" }
         router.get("measurements") { _, _ -> String in measurements.withLock { $0.joined(separator: "\n") } }

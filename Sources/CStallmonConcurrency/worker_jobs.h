@@ -1,0 +1,30 @@
+// Internal to CStallmonConcurrency: what the watchdog-side readers (task names in executor.c, await chains in
+// await_chain.c) share. Not part of the module's public header.
+#ifndef CSTALLMON_WORKER_JOBS_H
+#define CSTALLMON_WORKER_JOBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/// The job probe `index` runs as its job `sequence` (odd) and the job's attributes (kind in the low byte), read
+/// consistently: false when the probe has moved on. For the watchdog thread. Async-signal-safe (atomics only).
+bool cstallmon_worker_job(int index, uint64_t sequence, uintptr_t *job, uint32_t *attributes)
+    __attribute__((visibility("hidden")));
+
+/// Whether probe `index` still runs its job `sequence`: checked after reading the job's memory, so that what was read
+/// belonged to a job that ran throughout. Async-signal-safe (atomics only).
+bool cstallmon_worker_still_runs(int index, uint64_t sequence) __attribute__((visibility("hidden")));
+
+/// Copies `length` bytes at `address` of this process with process_vm_readv, which fails instead of faulting on
+/// memory freed or unmapped meanwhile. Async-signal-safe (one system call).
+static inline bool read_own(uintptr_t address, void *buffer, size_t length) {
+    if (address == 0) return false;
+    struct iovec local = {.iov_base = buffer, .iov_len = length};
+    struct iovec remote = {.iov_base = (void *)address, .iov_len = length};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)length;
+}
+
+#endif

@@ -1,0 +1,83 @@
+import CStallmonConcurrency
+import Logging
+import Synchronization
+
+/// The async functions that awaited the job a worker runs now, up to its task's root: in async code the thread's own
+/// stack ends where the job began, and the awaiting callers live only as the task's async contexts. Read on the
+/// watchdog thread (`cstallmon_worker_await_chain`), never by the worker, and only once the runtime's layout was
+/// checked (`checkLayout`).
+package struct AwaitChain: Sendable, Equatable {
+    /// Resume points a chain holds at most; a longer one is cut, its outermost callers dropped.
+    package static let maxResumePoints = Int(CSTALLMON_MAX_AWAIT_FRAMES)
+
+    /// Innermost first: where each awaiting function resumes (the entry of its partial function, not a return
+    /// address), ending with the task's root.
+    var resumePoints: [UInt]
+    /// The chain was longer than `CSTALLMON_MAX_AWAIT_FRAMES`: its outermost callers were dropped.
+    var truncated: Bool
+    /// The index, in the sample's frames, of the async function's frame the chain continues.
+    var attachedFrame: Int
+
+    /// The chain of the job `reading` shows running, found from a capture's frame pointers: nil when the job is not
+    /// a task's (an actor's drain job), it ended before the chain was read, no frame led to its task's contexts, or
+    /// the layout check has not passed.
+    static func of(_ reading: WorkerReading, framePointers: UnsafeBufferPointer<UInt>) -> AwaitChain? {
+        guard reading.isRunningJob, !framePointers.isEmpty else { return nil }
+        let capacity = Self.maxResumePoints
+        var truncated: UInt32 = 0
+        var attached: UInt32 = 0
+        var read: Int32 = -1
+        let resumePoints = [UInt](unsafeUninitializedCapacity: capacity) { buffer, count in
+            read = cstallmon_worker_await_chain(reading.index, reading.jobSequence, framePointers.baseAddress,
+                                                UInt32(framePointers.count), buffer.baseAddress, UInt32(capacity),
+                                                &truncated, &attached)
+            count = max(0, Int(read))
+        }
+        guard read > 0 else { return nil }
+        return AwaitChain(resumePoints: resumePoints, truncated: truncated != 0, attachedFrame: Int(attached))
+    }
+
+    private static let layoutChecked = Atomic<Bool>(false)
+
+    /// The contexts are read where Swift 6.3's runtime keeps them on 64-bit Linux, which is no public interface:
+    /// once per process, a task awaits through two functions of this file, each of which tells the C side where it
+    /// runs, and chains are read only if the contexts gave exactly those resume points. Otherwise a notice, and
+    /// stacks end where the job began, as before.
+    static func checkLayout(logger: Logger) {
+        guard !layoutChecked.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        Task.detached(priority: .background) {
+            if await LayoutCheck.outer() != 1 {
+                logger.notice("""
+                    stallmon: await chains are not read on this Swift runtime (a task's async contexts are not \
+                    where this build looks for them); async stall stacks end where the job began
+                    """)
+            }
+        }
+    }
+
+    /// The check's two functions: `outer` awaits `inner`, which suspends for real before it reports its place.
+    private enum LayoutCheck {
+        @inline(never)
+        static func outer() async -> Int32 {
+            await inner()
+            return cstallmon_concurrency_await_check_outer()
+        }
+
+        @inline(never)
+        static func inner() async {
+            try? await Task.sleep(nanoseconds: 1_000_000)
+            let task = withUnsafeCurrentTask { $0.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
+            cstallmon_concurrency_await_check_inner(task)
+        }
+    }
+}
+
+extension StackCapturer {
+    /// One sample of a worker running the job `reading` shows, with that job's await chain when it still runs.
+    func capture(labelID: UInt32, jobOf reading: WorkerReading?) -> RawSample {
+        guard let reading else { return capture(labelID: labelID) }
+        var (sample, recorded) = capture(labelID: labelID, framePointers: framePointerBuffer)
+        if sample.status == .ok, let recorded { sample.awaitChain = AwaitChain.of(reading, framePointers: recorded) }
+        return sample
+    }
+}

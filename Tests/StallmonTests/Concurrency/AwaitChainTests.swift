@@ -1,0 +1,116 @@
+import Foundation
+import StallmonReport
+import StallmonTestSupport
+import Testing
+
+/// The await chain of async stalls, on real Swift Concurrency: the fixture's tasks await through four functions of
+/// their own (each suspending once, for real) before the innermost blocks its worker.
+@Suite("Await chains of async stalls", .serialized)
+struct AwaitChainTests {
+    /// The hottest stack's frames, innermost first.
+    static func hottest(_ report: StallReport) -> [StallReport.Frame] {
+        (report.hottestStack?.frames ?? []).compactMap { report.frames.indices.contains($0) ? report.frames[$0] : nil }
+    }
+
+    /// The report whose hottest stack has a frame naming `function`.
+    static func report(through function: String, in run: ConcurrencyStallMonitorTests.Run) -> StallReport? {
+        run.reports.first { hottest($0).contains { $0.symbol?.contains(function) == true } }
+    }
+
+    /// Checks that the hottest stack holds `physical` on the thread's own stack, then each of `awaiting` in order as
+    /// async frames with a file and line of the fixture.
+    static func expectChain(_ report: StallReport?, physical: String, awaiting: [String],
+                            sourceLocation: SourceLocation = #_sourceLocation) {
+        guard let report else {
+            Issue.record("no report through \(physical)", sourceLocation: sourceLocation)
+            return
+        }
+        let frames = hottest(report)
+        let described = frames.map { ($0.async == true ? "[async] " : "") + ($0.symbol ?? "?") }
+        // The outermost frame of that function on the thread's stack: its partial function, which the chain continues.
+        guard let start = frames.lastIndex(where: { $0.symbol?.contains(physical) == true && $0.async != true })
+        else {
+            Issue.record("\(physical) is not on the stack: \(described)", sourceLocation: sourceLocation)
+            return
+        }
+        var position = start
+        for function in awaiting {
+            guard let found = frames[(position + 1)...].firstIndex(where: { $0.symbol?.contains(function) == true })
+            else {
+                Issue.record("\(function) does not await after \(frames[position].symbol ?? "?"): \(described)",
+                             sourceLocation: sourceLocation)
+                return
+            }
+            let frame = frames[found]
+            #expect(frame.async == true, "\(function) is an await-chain frame", sourceLocation: sourceLocation)
+            #expect(frame.file?.hasSuffix("StallmonAsyncFixture/main.swift") == true && (frame.line ?? 0) > 0,
+                    "\(function) at \(frame.file ?? "-"):\(frame.line ?? 0)", sourceLocation: sourceLocation)
+            #expect(frame.inApp, sourceLocation: sourceLocation)
+            position = found
+        }
+        // The chain's frames follow the function it continues, and nothing of the thread's stack sits among them.
+        let chain = frames[(start + 1)...].prefix { $0.async == true }
+        #expect(chain.count >= awaiting.count, "\(described)", sourceLocation: sourceLocation)
+    }
+
+    @Test("a task, a group's child, a lock, an actor's method, main-actor code: each stall names its awaiting functions")
+    func chains() async throws {
+        let run = try await ConcurrencyStallMonitorTests.run("await-chains")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.value("layout") == "1", "the runtime's layout check passed")
+        #expect(run.reports.count == 6, "\(run.reports.map(\.topFrame))")
+        let layers = ["fetchLedger", "loadAccount", "handleRequest"]
+        let cpu = run.reports.first { $0.topFrame?.symbol.contains("spinCPU") == true
+            && Self.hottest($0).contains { $0.symbol?.contains("readLedgerRecord") == true } }
+        Self.expectChain(cpu, physical: "readLedgerRecord", awaiting: layers)
+        let lock = run.reports.first { $0.topFrame?.symbol.contains("acquireAndRelease") == true }
+        Self.expectChain(lock, physical: "readLedgerRecord", awaiting: layers)
+        #expect(lock?.waitingOn?.first?.kind == "lock")
+        // The group's child and the actor both end in a sleep: told apart by their outermost callers.
+        let sleeps = run.reports.filter { $0.topFrame?.symbol.contains("blockingSleep") == true }
+        #expect(sleeps.count == 2)
+        let child = sleeps.first { !Self.hottest($0).contains { $0.symbol?.contains("Accounts.settle") == true } }
+        Self.expectChain(child, physical: "readLedgerRecord", awaiting: layers)
+        let actor = Self.report(through: "Accounts.settle", in: run)
+        Self.expectChain(actor, physical: "readLedgerRecord",
+                         awaiting: ["fetchLedger", "loadAccount", "Accounts.settle"])
+        let main = Self.report(through: "readOnMain", in: run)
+        #expect(main?.loop == "main-actor")
+        Self.expectChain(main, physical: "readOnMain", awaiting: ["fetchOnMain", "loadOnMain", "handleOnMain"])
+        // Every chain ends at its task's root, the runtime's completion (not in-app).
+        for report in [cpu, lock, child, actor, main].compactMap({ $0 }) {
+            let last = Self.hottest(report).last { $0.async == true }
+            #expect(last?.symbol?.contains("completeTask") == true, "\(last?.symbol ?? "-")")
+            #expect(report.samples.allSatisfy { $0.awaitChainTruncated == nil })
+        }
+    }
+
+    @Test("a chain longer than stallmon follows is cut at 64 resume points; report --chains tells call sites apart")
+    func truncatedAndGrouped() async throws {
+        let run = try await ConcurrencyStallMonitorTests.run("await-chains")
+        let deep = try #require(Self.report(through: "descend", in: run), "\(run.reports.map(\.topFrame))")
+        let descents = Self.hottest(deep).filter { $0.async == true && $0.symbol?.contains("descend") == true }
+        #expect(descents.count >= 63 && descents.count <= 64, "\(descents.count)")
+        #expect(!Self.hottest(deep).contains { $0.symbol?.contains("completeTask") == true }, "the root is cut off")
+        #expect(deep.samples.contains { $0.awaitChainTruncated == true })
+
+        // The group's child and the actor's method block in the same helper through the same two innermost layers
+        // (one signature, one group); `report --chains` names the two callers apart, without the compiler's thunks.
+        let output = run.directory + "/../summary.json"
+        let status = try await offThePool {
+            ChildProcess.run(try StallmonExecutable.url().path, ["report", run.directory, "--chains", "--format", "json"],
+                             environment: StallmonExecutable.environment(), outputPath: output)
+        }
+        #expect(status == 0)
+        let summary = try JSONDecoder().decode(StallSummary.self, from: Data(contentsOf: URL(fileURLWithPath: output)))
+        let sleeps = try #require(summary.groups.first { $0.topFrame.contains("blockingSleep") }, "\(summary.groups)")
+        let chains = sleeps.chains ?? []
+        #expect(sleeps.count == 2 && chains.count == 2, "\(chains)")
+        #expect(chains.allSatisfy { $0.stalls == 1 && $0.functions.first?.contains("AwaitChains.fetchLedger") == true })
+        #expect(chains.contains { $0.functions.contains { $0.contains("handleRequest") } })
+        #expect(chains.contains { $0.functions.contains { $0.contains("Accounts.settle") } })
+        #expect(chains.allSatisfy { !$0.functions.contains { $0.contains("partial function for") || $0.contains("thunk") } },
+                "\(chains)")
+        #expect(summary.groups.allSatisfy { $0.chains?.isEmpty != true })
+    }
+}
