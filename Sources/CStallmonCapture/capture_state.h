@@ -55,6 +55,8 @@ typedef struct {
     uint32_t frame_count;       // written by the handler before DONE
     uint32_t want_frame_pointers;   // written by the watchdog before arming: record each frame's RBP too
     uint32_t has_frame_pointers;    // written by the handler before DONE: `frame_pointers` matches `frames`
+    uint32_t job_frame;             // with frame pointers: the async job's first frame (UINT32_MAX: none found)
+    uintptr_t job_context;          // the async context below that frame's frame pointer, read by the handler
     uintptr_t stack_low;        // the thread's stack bounds, recorded at warm-up (0: unknown)
     uintptr_t stack_high;
     int32_t in_loader;          // the handler found the thread inside the dynamic loader
@@ -91,6 +93,10 @@ typedef struct {
     int unwinder_uses_table;
     // Benchmarks and the fault suite only: unwind through the loader as before the table (the old guard applies).
     _Atomic int through_loader;
+    // Where an async job's first frame is (cstallmon_set_async_job_frames): the executor's job runners' code, and how
+    // many of the runtime's frames lie between a runner's frame and the job's first. runner_end 0: not set.
+    _Atomic uintptr_t runner_start, runner_end;
+    _Atomic int runtime_frames;
     // The capture slots, in blocks: blocks[0] is first_block; a block is published (release) once filled with
     // zeros and never unpublished or freed, so the handler can walk the published ones at any time.
     capture_slot *_Atomic blocks[CSTALLMON_MAX_SLOT_BLOCKS];

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/uio.h>
 
 // Async-signal-safe. Moves the slot out of `from`, a state only the caller can leave (ABANDONED or
 // ABANDONED_RUNNING: the late handler; DONE: the watchdog that collected the frames): to FREE when its owner released
@@ -134,6 +135,34 @@ static int fast_trace_into(capture_slot *slot, void *ucontext) {
     return 0;
 }
 
+// Async-signal-safe (atomic loads, one process_vm_readv of the thread's own stack, which fails instead of faulting).
+// For an async job's await chain: the job's first frame (the async function the executor resumed) is the one
+// `runtime_frames` + 1 frames inside the innermost job runner's frame, and its async context is the word below its
+// frame pointer. Read here, while the thread is held in the handler: once it runs on, that function may return
+// within the same job and another take its frame (the watchdog then finds a different context there).
+static void record_job_context(capture_slot *slot) {
+    slot->job_frame = UINT32_MAX;
+    slot->job_context = 0;
+    const uintptr_t start = atomic_load_explicit(&g_state.runner_start, memory_order_acquire);
+    const uintptr_t end = atomic_load_explicit(&g_state.runner_end, memory_order_acquire);
+    const int runtime_frames = atomic_load_explicit(&g_state.runtime_frames, memory_order_acquire);
+    if (end == 0 || runtime_frames < 0) return;
+    for (uint32_t runner = 1; runner < slot->frame_count; runner++) {
+        if (slot->frames[runner] < start || slot->frames[runner] >= end) continue;
+        if (runner < (uint32_t)runtime_frames + 1) return;
+        const uint32_t first = runner - 1 - (uint32_t)runtime_frames;
+        const uintptr_t frame_pointer = slot->frame_pointers[first];
+        if (frame_pointer < 8 || (frame_pointer & 7) != 0) return;
+        uintptr_t context = 0;
+        struct iovec local = {.iov_base = &context, .iov_len = sizeof context};
+        struct iovec remote = {.iov_base = (void *)(frame_pointer - 8), .iov_len = sizeof context};
+        if (syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) != (long)sizeof context) return;
+        slot->job_frame = first;
+        slot->job_context = context;
+        return;
+    }
+}
+
 // Async-signal-safe: only atomics, clock_gettime, syscall(gettid/futex) and libunwind's local unwinder, whose
 // unw_init_local2/unw_step are documented signal-safe. With the register-state cache on (see cstallmon_install)
 // they take libunwind's cache mutex, with all signals blocked, so no holder of it can be interrupted by us; the
@@ -176,6 +205,7 @@ static void unwind_into(capture_slot *slot, void *ucontext) {
     slot->frame_count = count;
 #if defined(__x86_64__)
     slot->has_frame_pointers = (uint32_t)want_frame_pointers;
+    if (want_frame_pointers) record_job_context(slot);
 #endif
 }
 

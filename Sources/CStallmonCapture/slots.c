@@ -33,6 +33,12 @@ int cstallmon_accept_cloexec(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEX
 int cstallmon_sigrtmin(void) { return SIGRTMIN; }
 int cstallmon_sigrtmax(void) { return SIGRTMAX; }
 int cstallmon_installed_signal(void) { return atomic_load(&g_state.signal_number); }
+
+void cstallmon_set_async_job_frames(uintptr_t runner_start, uintptr_t runner_end, int runtime_frames) {
+    atomic_store_explicit(&g_state.runtime_frames, runtime_frames, memory_order_relaxed);
+    atomic_store_explicit(&g_state.runner_start, runner_start, memory_order_relaxed);
+    atomic_store_explicit(&g_state.runner_end, runner_end, memory_order_release);
+}
 int cstallmon_loader_lock_found(void) { return g_state.load_write_lock != NULL; }
 int cstallmon_unwinder_uses_image_table(void) {
     return g_state.unwinder_uses_table && !atomic_load(&g_state.through_loader);
@@ -183,6 +189,7 @@ void cstallmon_capture_with_frame_pointers(int index, uintptr_t *frames, uintptr
                                            uint32_t max_frames, int64_t timeout_ns,
                                            cstallmon_capture_result *result) {
     memset(result, 0, sizeof *result);
+    result->job_frame = UINT32_MAX;
     const int signal_number = atomic_load(&g_state.signal_number);
     if (cstallmon_slot_at(index) == NULL || signal_number == 0) {
         result->status = CSTALLMON_CAPTURE_NOT_READY;
@@ -277,9 +284,14 @@ void cstallmon_capture_with_frame_pointers(int index, uintptr_t *frames, uintptr
     const uint32_t count = slot->frame_count < max_frames ? slot->frame_count : max_frames;
     memcpy(frames, slot->frames, count * sizeof(uintptr_t));
     result->frame_count = count;
+    result->job_frame = UINT32_MAX;
     if (frame_pointers != NULL && slot->has_frame_pointers) {
         memcpy(frame_pointers, slot->frame_pointers, count * sizeof(uintptr_t));
         result->has_frame_pointers = 1;
+        if (slot->job_frame < count) {
+            result->job_frame = slot->job_frame;
+            result->job_context = slot->job_context;
+        }
     }
     result->truncated = slot->truncated;
     result->handler_entered_ns = slot->entered_ns;

@@ -35,6 +35,7 @@ static _Atomic int g_layout;
 static struct {
     uintptr_t chain[CSTALLMON_MAX_AWAIT_FRAMES];
     int count;
+    int runtime_frames;
 } g_check;
 
 // Follows the contexts from `context`, each one's ResumeParent being where its caller resumes, to the root, which
@@ -65,51 +66,64 @@ static int read_chain(uintptr_t context, uintptr_t task, uintptr_t *out, uint32_
     return -1;
 }
 
-// The chain of the async frame among `frame_pointers` whose context leads to `task`'s root, scanning from the
-// outermost frame in: the first found is the function the job runs now (frames above it are on the stack already).
-static int chain_of_frames(uintptr_t task, const uintptr_t *frame_pointers, uint32_t frame_count, uintptr_t *out,
-                           uint32_t capacity, uint32_t *truncated, uint32_t *attached_frame) {
-    for (uint32_t index = frame_count; index-- > 0;) {
-        const uintptr_t frame_pointer = frame_pointers[index];
-        if (frame_pointer < CONTEXT_BELOW_FRAME_POINTER || (frame_pointer & 7) != 0) continue;
-        uintptr_t context = 0;
-        if (!read_own(frame_pointer - CONTEXT_BELOW_FRAME_POINTER, &context, sizeof context)) continue;
-        const int count = read_chain(context, task, out, capacity, truncated);
-        if (count >= 0) {
-            *attached_frame = index;
-            return count;
-        }
-    }
-    return -1;
-}
+// How many of the runtime's frames lie between a job runner's frame and the job's first frame (swift_job_run, then
+// runJobInEstablishedExecutorContext on Swift 6.3): counted by the layout check, -1 until then.
+static _Atomic int g_runtime_frames = -1;
 
-int cstallmon_worker_await_chain(int index, uint64_t sequence, const uintptr_t *frame_pointers,
-                                 uint32_t frame_count, uintptr_t *out, uint32_t capacity, uint32_t *truncated,
-                                 uint32_t *attached_frame) {
+int cstallmon_worker_await_chain(int index, uint64_t sequence, uintptr_t job_context, uintptr_t job_frame_pointer,
+                                 uintptr_t *out, uint32_t capacity, uint32_t *truncated) {
     *truncated = 0;
-    if (atomic_load_explicit(&g_layout, memory_order_acquire) != 1) return -1;
+    if (atomic_load_explicit(&g_layout, memory_order_acquire) != 1 || job_context == 0) return -1;
     uintptr_t task;
     uint32_t attributes;
     if (!cstallmon_worker_job(index, sequence, &task, &attributes)) return -1;
     if ((attributes & 0xFF) != JOB_KIND_TASK) return -1;  // an actor's drain job has no task of its own
-    const int count = chain_of_frames(task, frame_pointers, frame_count, out, capacity, truncated, attached_frame);
-    // Still the same job after the reads: it ran throughout, so the awaiting callers stayed suspended and their
-    // contexts alive; what was read is its chain.
+    const int count = cstallmon_task_await_chain(task, job_context, job_frame_pointer, out, capacity, truncated);
+    // Still the same job after the reads: it ran throughout, so the callers stayed suspended and their contexts
+    // alive; what was read is its chain.
     return cstallmon_worker_still_runs(index, sequence) ? count : -1;
 }
 
-int cstallmon_task_await_chain(uintptr_t task, uintptr_t frame_pointer, uintptr_t *out, uint32_t capacity,
-                               uint32_t *truncated) {
-    uint32_t attached;
-    return chain_of_frames(task, &frame_pointer, 1, out, capacity, truncated, &attached);
+int cstallmon_task_await_chain(uintptr_t task, uintptr_t job_context, uintptr_t job_frame_pointer, uintptr_t *out,
+                               uint32_t capacity, uint32_t *truncated) {
+    *truncated = 0;
+    const int count = read_chain(job_context, task, out, capacity, truncated);
+    // The function the handler found running still runs in its frame (the same context below its frame pointer):
+    // had it returned within the job, another function's frame could hold the slot, and its context be freed.
+    uintptr_t still = 0;
+    if (count < 0 || !read_own(job_frame_pointer - CONTEXT_BELOW_FRAME_POINTER, &still, sizeof still)) return -1;
+    return still == job_context ? count : -1;
 }
 
-// Built with frame pointers (the target's cSettings), so this function's frame record holds its caller's: `inner`'s.
+bool cstallmon_concurrency_await_frames(uintptr_t *runner_start, uintptr_t *runner_end, int *runtime_frames) {
+    *runtime_frames = atomic_load_explicit(&g_runtime_frames, memory_order_acquire);
+    cstallmon_job_runner_range(runner_start, runner_end);
+    return *runtime_frames >= 0 && atomic_load_explicit(&g_layout, memory_order_acquire) == 1;
+}
+
+// Built with frame pointers (clang keeps them in a function that takes its frame's address), so this function's
+// frame record holds its caller's: `inner`'s. From there the frame records lead through the runtime's frames to the
+// job runner that ran this job: how many there are is what the reader counts at every sample.
 __attribute__((noinline)) void cstallmon_concurrency_await_check_inner(uintptr_t current_task) {
     const uintptr_t inner_frame = *(uintptr_t *)__builtin_frame_address(0);
+    uintptr_t frame = inner_frame;
+    int runtime_frames = -1;
+    for (int hop = 0; hop < 8 && frame != 0 && (frame & 7) == 0; hop++) {
+        uintptr_t record[2];  // the caller's frame pointer, the return address into it
+        if (!read_own(frame, record, sizeof record)) break;
+        if (cstallmon_in_job_runner(record[1])) {
+            runtime_frames = hop;
+            break;
+        }
+        frame = record[0];
+    }
+    g_check.count = -1;
+    if (runtime_frames < 0) return;
+    uintptr_t context = 0;
     uint32_t truncated;
-    g_check.count = cstallmon_task_await_chain(current_task, inner_frame, g_check.chain,
-                                               CSTALLMON_MAX_AWAIT_FRAMES, &truncated);
+    if (!read_own(inner_frame - CONTEXT_BELOW_FRAME_POINTER, &context, sizeof context)) return;
+    g_check.count = read_chain(context, current_task, g_check.chain, CSTALLMON_MAX_AWAIT_FRAMES, &truncated);
+    g_check.runtime_frames = runtime_frames;
 }
 
 __attribute__((noinline)) int cstallmon_concurrency_await_check_outer(void) {
@@ -121,6 +135,7 @@ __attribute__((noinline)) int cstallmon_concurrency_await_check_outer(void) {
         const uintptr_t resume_point = g_check.chain[index];
         if (resume_point <= outer_call && outer_call - resume_point < CHECK_PARTIAL_FUNCTION_SPAN) verdict = 1;
     }
+    if (verdict == 1) atomic_store_explicit(&g_runtime_frames, g_check.runtime_frames, memory_order_release);
     atomic_store_explicit(&g_layout, verdict, memory_order_release);
     return verdict;
 }

@@ -530,13 +530,30 @@ static inline __attribute__((always_inline)) void run_timed(swift_job *job, uint
     job_ends(probe, t_stats, timing);
 }
 
-static void cstallmon_run_timed_job(void *context) {
+// The two job runners live in a section of their own, so that the watchdog can tell their frames by address (the
+// linker defines __start_/__stop_ of a section named like a C identifier), in a static build as in a dynamic one:
+// the await chain's reader counts from there to the job's first frame (await_chain.c).
+#define JOB_RUNNERS __attribute__((section("cstallmon_job_runners"), noinline))
+
+JOB_RUNNERS static void cstallmon_run_timed_job(void *context) {
     run_timed(context, 0);
 }
 
 // A main-actor job, on the main queue: run on the main executor, as the runtime's own main executor runs it.
-static void cstallmon_run_timed_main_job(void *context) {
+JOB_RUNNERS static void cstallmon_run_timed_main_job(void *context) {
     run_timed(context, JOB_ON_MAIN_ACTOR);
+}
+
+extern const char __start_cstallmon_job_runners[] __attribute__((visibility("hidden")));
+extern const char __stop_cstallmon_job_runners[] __attribute__((visibility("hidden")));
+
+bool cstallmon_in_job_runner(uintptr_t address) {
+    return address >= (uintptr_t)__start_cstallmon_job_runners && address < (uintptr_t)__stop_cstallmon_job_runners;
+}
+
+void cstallmon_job_runner_range(uintptr_t *start, uintptr_t *end) {
+    *start = (uintptr_t)__start_cstallmon_job_runners;
+    *end = (uintptr_t)__stop_cstallmon_job_runners;
 }
 
 void cstallmon_concurrency_enqueue_main(void *job) {

@@ -18,6 +18,13 @@ bool cstallmon_worker_job(int index, uint64_t sequence, uintptr_t *job, uint32_t
 /// belonged to a job that ran throughout. Async-signal-safe (atomics only).
 bool cstallmon_worker_still_runs(int index, uint64_t sequence) __attribute__((visibility("hidden")));
 
+/// Whether `address` (a return address) lies in one of the executor's job runners, which call swift_job_run.
+/// Async-signal-safe.
+bool cstallmon_in_job_runner(uintptr_t address) __attribute__((visibility("hidden")));
+
+/// The job runners' code: [start, end). Async-signal-safe.
+void cstallmon_job_runner_range(uintptr_t *start, uintptr_t *end) __attribute__((visibility("hidden")));
+
 /// Copies `length` bytes at `address` of this process with process_vm_readv, which fails instead of faulting on
 /// memory freed or unmapped meanwhile. Async-signal-safe (one system call).
 static inline bool read_own(uintptr_t address, void *buffer, size_t length) {

@@ -292,6 +292,7 @@ struct CaptureCost {
         print("\n2. Capture cost: a thread stalled 30 frames deep")
         let ourWall = try measureOwnCaptures(results)
         try measurePeers(results, ourWall: ourWall)
+        try AwaitChainCost(quick: quick).run(results)
         try WaitResolutionCost(quick: quick).run(results)
         try measureLoaderHazard(results)
     }

@@ -327,6 +327,34 @@ enum AwaitChains {
     }
 }
 
+/// Two kinds of short jobs, each awaiting through functions of its own before it spins past the threshold: under
+/// churn and snapshots, a chain read for one job must never be another's (the other kind's functions).
+enum ChurnChains {
+    @inline(never)
+    static func alphaOuter(_ microseconds: UInt64) async -> Int {
+        await Task.yield()
+        return await alphaInner(microseconds) + 1
+    }
+
+    @inline(never)
+    static func alphaInner(_ microseconds: UInt64) async -> Int {
+        await Task.yield()
+        return Starvation.shortWork(microseconds: microseconds)
+    }
+
+    @inline(never)
+    static func betaOuter(_ microseconds: UInt64) async -> Int {
+        await Task.yield()
+        return await betaInner(microseconds) + 1
+    }
+
+    @inline(never)
+    static func betaInner(_ microseconds: UInt64) async -> Int {
+        await Task.yield()
+        return Starvation.shortWork(microseconds: microseconds)
+    }
+}
+
 /// An actor whose method awaits the fixture's functions.
 actor Accounts {
     @inline(never)
@@ -397,6 +425,44 @@ case "await-chains":
     try? await Task.sleep(for: .milliseconds(200))
     monitor.stop()
     report()
+
+case "chain-churn":
+    // Thousands of short jobs of two kinds, a few over the threshold, while a thread asks this process for a
+    // snapshot every 10 ms: every sample is taken and its chain read while jobs begin and end around it.
+    let monitor = makeMonitor()
+    monitor.start()
+    let stopSnapshots = Atomic<Bool>(false)
+    let snapshots = Atomic<Int>(0)
+    let socket = ControlSocketClient.path(directory: reportDirectory, pid: getpid())
+    let requester = Thread {
+        while !stopSnapshots.load(ordering: .relaxed) {
+            if case .success = ControlSocketClient.requestSnapshot(at: socket, timeout: .seconds(5)) {
+                snapshots.wrappingAdd(1, ordering: .relaxed)
+            }
+            usleep(10_000)
+        }
+    }
+    requester.start()
+    for round in 0..<40 {
+        await withTaskGroup(of: Int.self) { group in
+            for index in 0..<100 {
+                // One job in 25 spins past the threshold; the others are over in microseconds.
+                let microseconds: UInt64 = index % 25 == 0 ? UInt64(thresholdMs) * 1_500 : 50
+                if (round + index) % 2 == 0 {
+                    group.addTask { await ChurnChains.alphaOuter(microseconds) }
+                } else {
+                    group.addTask { await ChurnChains.betaOuter(microseconds) }
+                }
+            }
+            for await _ in group {}
+        }
+    }
+    stopSnapshots.store(true, ordering: .relaxed)
+    requester.cancel()
+    try? await Task.sleep(for: .milliseconds(200))
+    monitor.stop()
+    say("snapshots \(snapshots.load(ordering: .relaxed))")
+    say("jobs \(ConcurrencyStallMonitor.jobsTimed)")
 
 case "json":
     // A CPU-heavy encode in Foundation's code: the top frame must be this fixture's function, not Foundation's.

@@ -59,6 +59,8 @@ typedef struct {
     uint32_t handler_replaced;   ///< 1 when the signal's handler is no longer ours: nothing was sent (SIGNAL_FAILED)
     uint32_t unknown_image;      ///< 1 when the stack reached code in no known image; its last frame is that code
     uint32_t has_frame_pointers; ///< 1 when the caller's `frame_pointers` were filled, one per frame
+    uint32_t job_frame;          ///< with frame pointers: the async job's first frame, or UINT32_MAX
+    uintptr_t job_context;       ///< the async context below that frame's frame pointer, read by the handler
     uint64_t signal_sent_ns;     ///< just before tgkill
     uint64_t handler_entered_ns; ///< first instruction of the handler's work on the target thread
     uint64_t handler_done_ns;    ///< the handler published its frames
@@ -148,6 +150,13 @@ void cstallmon_capture(int slot, uintptr_t *frames, uint32_t max_frames, int64_t
 void cstallmon_capture_with_frame_pointers(int slot, uintptr_t *frames, uintptr_t *frame_pointers,
                                            uint32_t max_frames, int64_t timeout_ns,
                                            cstallmon_capture_result *result);
+
+/// Where an async job's first frame is, for captures with frame pointers: frames whose address lies in
+/// [`runner_start`, `runner_end`) are the executor's job runners, and the job's first frame is `runtime_frames` + 1
+/// frames inside the innermost of them. The handler then reads, from the thread's own stack, the async context below
+/// that frame's frame pointer (`job_frame`, `job_context` of the result). Set once the await-chain layout check
+/// passed; until then nothing is read. Async-signal-safe (atomic stores).
+void cstallmon_set_async_job_frames(uintptr_t runner_start, uintptr_t runner_end, int runtime_frames);
 
 /// Frees a slot its owner released while a late handler was still owed, when the thread that handler was owed on
 /// has exited (its pending signal died with it). Returns 1 when the slot is free (now or already), 0 while it

@@ -22,6 +22,7 @@
 #ifndef CSTALLMON_CONCURRENCY_H
 #define CSTALLMON_CONCURRENCY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -144,27 +145,31 @@ ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size
 /// Resume points an await chain holds at most; a longer chain is cut at this many (its outermost callers dropped).
 #define CSTALLMON_MAX_AWAIT_FRAMES 64
 
-/// The await chain of the task that probe `index` runs as its job `sequence` (odd), found from the `frame_count`
-/// frame pointers of a capture of that worker: the outermost async frame whose context leads to that task's first
-/// context. Writes innermost first where each awaiting function resumes (a function's entry, not a return address),
-/// ending with the task's root; `attached_frame` is the index of the frame the chain continues. Returns how many
-/// were written (at most `capacity`; `truncated` set when more were left), or -1: the job is over or is not a task,
-/// no frame led to its contexts, or the layout check has not passed. The probe is read again after the reads, so a
-/// chain is returned only if its job ran throughout. For the watchdog thread; NOT async-signal-safe (system calls).
-int cstallmon_worker_await_chain(int index, uint64_t sequence, const uintptr_t *frame_pointers,
-                                 uint32_t frame_count, uintptr_t *out, uint32_t capacity, uint32_t *truncated,
-                                 uint32_t *attached_frame);
+/// The await chain of the task that probe `index` runs as its job `sequence` (odd), from a capture of that worker
+/// with frame pointers: `job_context`, the async context the handler read below the frame pointer of the job's first
+/// frame (`cstallmon_capture_with_frame_pointers`), and that frame pointer. Writes innermost first where each
+/// awaiting function resumes (a function's entry, not a return address), ending with the task's root. Returns how
+/// many were written (at most `capacity`; `truncated` set when more were left), or -1: the job is over or is not a
+/// task, the contexts do not lead to that task's first context, the function the handler found has since returned
+/// (another context below its frame pointer), or the layout check has not passed. The probe is read again after the
+/// reads, so a chain is returned only if its job ran throughout. For the watchdog thread; NOT async-signal-safe.
+int cstallmon_worker_await_chain(int index, uint64_t sequence, uintptr_t job_context, uintptr_t job_frame_pointer,
+                                 uintptr_t *out, uint32_t capacity, uint32_t *truncated);
 
-/// The chain of the async frame at `frame_pointer` of `task`, which the caller knows to be alive (tests, the
-/// benchmark); read whatever the layout check said. Returns as `cstallmon_worker_await_chain`. NOT
-/// async-signal-safe (system calls).
-int cstallmon_task_await_chain(uintptr_t task, uintptr_t frame_pointer, uintptr_t *out, uint32_t capacity,
-                               uint32_t *truncated);
+/// The same for `task`, which the caller knows to be running (the benchmark): no probe. NOT async-signal-safe.
+int cstallmon_task_await_chain(uintptr_t task, uintptr_t job_context, uintptr_t job_frame_pointer, uintptr_t *out,
+                               uint32_t capacity, uint32_t *truncated);
+
+/// Once the layout check passed (returns true): where an async job's first frame is, for
+/// `cstallmon_set_async_job_frames`: the executor's job runners' code and how many of the runtime's frames lie
+/// between a runner's frame and the job's first. Async-signal-safe (atomic loads).
+bool cstallmon_concurrency_await_frames(uintptr_t *runner_start, uintptr_t *runner_end, int *runtime_frames);
 
 /// The layout check, in two calls from a task the monitor starts: an async `outer` function awaits an async `inner`
 /// one; `inner`, after a real suspension, calls `..._inner` with the running task (`withUnsafeCurrentTask`), which
-/// reads the chain of `inner`'s own frame; `outer`, right after `inner` returned, calls `..._outer`. The check
-/// passes when that chain begins with where `outer` resumed: the partial function the second call came from.
+/// reads the chain of `inner`'s own frame and counts the runtime's frames between it and the job runner; `outer`,
+/// right after `inner` returned, calls `..._outer`. The check passes when that chain begins with where `outer`
+/// resumed: the partial function the second call came from.
 /// Returns 1 (chains are read from then on) or -1 (never). One check at a time. NOT async-signal-safe.
 void cstallmon_concurrency_await_check_inner(uintptr_t current_task);
 int cstallmon_concurrency_await_check_outer(void);

@@ -73,10 +73,18 @@ final class StackCapturer {
         capture(labelID: labelID, framePointers: nil).sample
     }
 
-    /// A sample, and each frame's frame pointer when `framePointers` (room for `maxFrames`, e.g.
-    /// `framePointerBuffer`) is given and the handler could record them (nil otherwise).
+    /// What a capture with frame pointers found of an async job: its first frame (index and frame pointer) and the
+    /// async context the handler read below it.
+    struct JobFrame {
+        var index: Int
+        var framePointer: UInt
+        var context: UInt
+    }
+
+    /// A sample, and, when `framePointers` (room for `maxFrames`, e.g. `framePointerBuffer`) is given and the
+    /// handler found an async job's first frame, that frame and its context (nil otherwise).
     func capture(labelID: UInt32, framePointers: UnsafeMutablePointer<UInt>?)
-        -> (sample: RawSample, framePointers: UnsafeBufferPointer<UInt>?) {
+        -> (sample: RawSample, jobFrame: JobFrame?) {
         var result = cstallmon_capture_result()
         cstallmon_capture_with_frame_pointers(slot, buffer, framePointers, UInt32(maxFrames), timeoutNanoseconds,
                                               &result)
@@ -89,7 +97,10 @@ final class StackCapturer {
                                labelID: labelID)
         sample.handlerReplaced = result.handler_replaced != 0
         sample.unknownImage = result.unknown_image != 0
-        let recorded = result.has_frame_pointers != 0 ? framePointers : nil
-        return (sample, recorded.map { UnsafeBufferPointer(start: $0, count: Int(result.frame_count)) })
+        guard let framePointers, result.has_frame_pointers != 0, result.job_frame < result.frame_count else {
+            return (sample, nil)
+        }
+        let index = Int(result.job_frame)
+        return (sample, JobFrame(index: index, framePointer: framePointers[index], context: result.job_context))
     }
 }

@@ -1,3 +1,4 @@
+import CStallmonCapture
 import CStallmonConcurrency
 import Logging
 import Synchronization
@@ -18,23 +19,22 @@ package struct AwaitChain: Sendable, Equatable {
     /// The index, in the sample's frames, of the async function's frame the chain continues.
     var attachedFrame: Int
 
-    /// The chain of the job `reading` shows running, found from a capture's frame pointers: nil when the job is not
-    /// a task's (an actor's drain job), it ended before the chain was read, no frame led to its task's contexts, or
-    /// the layout check has not passed.
-    static func of(_ reading: WorkerReading, framePointers: UnsafeBufferPointer<UInt>) -> AwaitChain? {
-        guard reading.isRunningJob, !framePointers.isEmpty else { return nil }
+    /// The chain of the job `reading` shows running, from the context the handler found below its first frame:
+    /// nil when the job is not a task's (an actor's drain job), it ended or that function returned before the chain
+    /// was read, or the layout check has not passed.
+    static func of(_ reading: WorkerReading, jobFrame: StackCapturer.JobFrame) -> AwaitChain? {
+        guard reading.isRunningJob else { return nil }
         let capacity = Self.maxResumePoints
         var truncated: UInt32 = 0
-        var attached: UInt32 = 0
         var read: Int32 = -1
         let resumePoints = [UInt](unsafeUninitializedCapacity: capacity) { buffer, count in
-            read = cstallmon_worker_await_chain(reading.index, reading.jobSequence, framePointers.baseAddress,
-                                                UInt32(framePointers.count), buffer.baseAddress, UInt32(capacity),
-                                                &truncated, &attached)
+            read = cstallmon_worker_await_chain(reading.index, reading.jobSequence, jobFrame.context,
+                                                jobFrame.framePointer, buffer.baseAddress, UInt32(capacity),
+                                                &truncated)
             count = max(0, Int(read))
         }
         guard read > 0 else { return nil }
-        return AwaitChain(resumePoints: resumePoints, truncated: truncated != 0, attachedFrame: Int(attached))
+        return AwaitChain(resumePoints: resumePoints, truncated: truncated != 0, attachedFrame: jobFrame.index)
     }
 
     private static let layoutChecked = Atomic<Bool>(false)
@@ -46,7 +46,13 @@ package struct AwaitChain: Sendable, Equatable {
     static func checkLayout(logger: Logger) {
         guard !layoutChecked.exchange(true, ordering: .acquiringAndReleasing) else { return }
         Task.detached(priority: .background) {
-            if await LayoutCheck.outer() != 1 {
+            var runnerStart: UInt = 0
+            var runnerEnd: UInt = 0
+            var runtimeFrames: Int32 = -1
+            if await LayoutCheck.outer() == 1,
+               cstallmon_concurrency_await_frames(&runnerStart, &runnerEnd, &runtimeFrames) {
+                cstallmon_set_async_job_frames(runnerStart, runnerEnd, runtimeFrames)
+            } else {
                 logger.notice("""
                     stallmon: await chains are not read on this Swift runtime (a task's async contexts are not \
                     where this build looks for them); async stall stacks end where the job began
@@ -76,8 +82,8 @@ extension StackCapturer {
     /// One sample of a worker running the job `reading` shows, with that job's await chain when it still runs.
     func capture(labelID: UInt32, jobOf reading: WorkerReading?) -> RawSample {
         guard let reading else { return capture(labelID: labelID) }
-        var (sample, recorded) = capture(labelID: labelID, framePointers: framePointerBuffer)
-        if sample.status == .ok, let recorded { sample.awaitChain = AwaitChain.of(reading, framePointers: recorded) }
+        var (sample, jobFrame) = capture(labelID: labelID, framePointers: framePointerBuffer)
+        if sample.status == .ok, let jobFrame { sample.awaitChain = AwaitChain.of(reading, jobFrame: jobFrame) }
         return sample
     }
 }

@@ -113,4 +113,34 @@ struct AwaitChainTests {
                 "\(chains)")
         #expect(summary.groups.allSatisfy { $0.chains?.isEmpty != true })
     }
+
+    @Test("thousands of short jobs, snapshots every 10 ms: no crash, and no chain read for one job is another's")
+    func churn() async throws {
+        let run = try await ConcurrencyStallMonitorTests.run("chain-churn", thresholdMs: 20)
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        let snapshotsTaken = Int(run.value("snapshots") ?? "") ?? 0
+        #expect(snapshotsTaken >= 20, "\(run.output)")
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: run.directory)) ?? []
+        let snapshots = names.filter { $0.hasPrefix("snapshot-") && $0.hasSuffix(".json") }
+            .compactMap { try? ReportReader.read(run.directory + "/" + $0) }
+        var checked = 0
+        for report in run.reports + snapshots {
+            for sample in report.samples where sample.status == .ok {
+                let frames = sample.frames.compactMap { report.frames.indices.contains($0) ? report.frames[$0] : nil }
+                let own = frames.filter { $0.async != true }.compactMap(\.symbol)
+                let awaiting = frames.filter { $0.async == true }.compactMap(\.symbol)
+                guard !awaiting.isEmpty else { continue }
+                for (mine, theirs) in [("alpha", "beta"), ("beta", "alpha")]
+                where own.contains(where: { $0.contains("ChurnChains.\(mine)Inner") }) {
+                    checked += 1
+                    #expect(!awaiting.contains { $0.contains("ChurnChains.\(theirs)") },
+                            "a \(mine) job's chain names \(theirs): \(awaiting)")
+                    // Its outer function is on the thread's stack when the inner one did not suspend (Task.yield
+                    // returns at once when nothing else waits for the worker), else in the chain.
+                    #expect((own + awaiting).contains { $0.contains("ChurnChains.\(mine)Outer") }, "\(own) \(awaiting)")
+                }
+            }
+        }
+        #expect(checked >= 20, "samples of jobs with a chain checked: \(checked)")
+    }
 }

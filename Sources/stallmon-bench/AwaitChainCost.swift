@@ -1,0 +1,109 @@
+import ArgumentParser
+import CStallmonCapture
+import CStallmonConcurrency
+import CStallmonLoopShims
+import Foundation
+import Stallmon
+import Synchronization
+
+/// What the await chain adds to a sample of an async job: the handler records each frame's frame pointer (a pool
+/// worker's capture steps frame by frame anyway), and the watchdog follows the task's contexts. Measured on a real
+/// task stalled on a global-executor worker under `depth` awaiting functions, each suspended once.
+struct AwaitChainCost {
+    let quick: Bool
+    let depth = 8
+
+    func run(_ results: Results) throws {
+        // The executor's hooks (the chain is found from its job runner's frame) and the layout check; a threshold no
+        // job reaches. One monitor at a time in a process: stopped before the next section's.
+        var configuration = StallMonitorConfiguration(threshold: .seconds(10),
+                                                      reportDirectory: NSTemporaryDirectory() + "stallmon-bench-chain")
+        configuration.poolStatistics = false
+        configuration.interimAfter = .seconds(20)
+        let monitor = try ConcurrencyStallMonitor(configuration: configuration, mainActor: false)
+        monitor.start()
+        defer { monitor.stop() }
+        let checked = nowNanoseconds() + 2_000_000_000
+        while cstallmon_concurrency_await_chain_layout() == 0 && nowNanoseconds() < checked { usleep(1000) }
+        let job = StalledJob()
+        Task.detached { await AwaitingLayers.layer(depth, job) }
+        let deadline = nowNanoseconds() + 5_000_000_000
+        while job.tid.load(ordering: .acquiring) == 0 && nowNanoseconds() < deadline { usleep(1000) }
+        defer { job.stop.store(true, ordering: .releasing) }
+        let slot = cstallmon_slot_acquire(job.tid.load(ordering: .acquiring))
+        guard slot >= 0 else { throw ValidationError("no capture slot for the stalled job") }
+        defer { cstallmon_slot_release(slot) }
+        let task = job.task.load(ordering: .acquiring)
+        var frames = [UInt](repeating: 0, count: 256)
+        var framePointers = [UInt](repeating: 0, count: 256)
+        var chain = [UInt](repeating: 0, count: AwaitChain.maxResumePoints)
+        var plainPauses: [Double] = []
+        var pointerPauses: [Double] = []
+        var reads: [Double] = []
+        var lengths: [Double] = []
+        for _ in 0..<(quick ? 200 : 1000) {
+            var result = cstallmon_capture_result()
+            cstallmon_capture(slot, &frames, 256, 100_000_000, &result)
+            if result.status == 0 { plainPauses.append(Double(result.handler_done_ns - result.signal_sent_ns) / 1e3) }
+            result = cstallmon_capture_result()
+            cstallmon_capture_with_frame_pointers(slot, &frames, &framePointers, 256, 100_000_000, &result)
+            guard result.status == 0, result.job_frame < result.frame_count else { continue }
+            pointerPauses.append(Double(result.handler_done_ns - result.signal_sent_ns) / 1e3)
+            var truncated: UInt32 = 0
+            let start = nowNanoseconds()
+            let count = cstallmon_task_await_chain(task, result.job_context, framePointers[Int(result.job_frame)],
+                                                   &chain, UInt32(chain.count), &truncated)
+            reads.append(Double(nowNanoseconds() - start) / 1e3)
+            lengths.append(Double(count))
+        }
+        guard !reads.isEmpty, Stats.median(lengths) > 0 else {
+            throw ValidationError("the stalled job's await chain was not found (\(reads.count) captures)")
+        }
+        results.add(Figure(section: "capture", name: "async job: pause per sample, + job context",
+                           value: Stats.median(pointerPauses), unit: "us", peerName: "without",
+                           peer: Stats.median(plainPauses), ratio: Stats.median(pointerPauses) / Stats.median(plainPauses),
+                           ratioMeaning: "× without",
+                           note: String(format: "medians; p99 %.1f → %.1f us", Stats.percentile(plainPauses, 0.99),
+                                        Stats.percentile(pointerPauses, 0.99))))
+        results.add(Figure(section: "capture", name: "async job: await chain read, median",
+                           value: Stats.median(reads), unit: "us",
+                           note: String(format: "%.0f resume points, %d awaiting functions", Stats.median(lengths),
+                                        depth)))
+        results.add(Figure(section: "capture", name: "async job: await chain read, p99",
+                           value: Stats.percentile(reads, 0.99), unit: "us"))
+    }
+}
+
+/// The job the cost is measured on: where it runs, and when to stop.
+final class StalledJob: Sendable {
+    let tid = Atomic<Int32>(0)
+    let task = Atomic<UInt>(0)
+    let stop = Atomic<Bool>(false)
+}
+
+enum AwaitingLayers {
+    /// Suspends once, then awaits the next layer; the last one spins on its worker until told to stop.
+    @inline(never)
+    static func layer(_ remaining: Int, _ job: StalledJob) async {
+        try? await Task.sleep(for: .milliseconds(1))
+        if remaining == 0 {
+            spin(job)
+            return
+        }
+        await layer(remaining - 1, job)
+    }
+
+    @inline(never)
+    static func spin(_ job: StalledJob) {
+        // libdispatch blocks signals on its workers; the monitor's probe unblocks the sampling signal on a worker's
+        // first job, as this does (the bench runs without the executor hooks).
+        var sampling = sigset_t()
+        sigemptyset(&sampling)
+        sigaddset(&sampling, cstallmon_installed_signal())
+        pthread_sigmask(SIG_UNBLOCK, &sampling, nil)
+        let task = withUnsafeCurrentTask { $0.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
+        job.task.store(task, ordering: .relaxed)
+        job.tid.store(cstallmon_gettid(), ordering: .releasing)
+        while !job.stop.load(ordering: .relaxed) { sched_yield() }
+    }
+}
