@@ -164,6 +164,8 @@ struct AsyncJobs {
         // What the worker adds around each job, measured alone: the same inlined code as the hook's, on a scratch
         // probe (the end-to-end figures below are too noisy on 2 shared cores to resolve a few tens of ns).
         let iterations: UInt64 = quick ? 2_000_000 : 20_000_000
+        // The default first, whatever an earlier monitor of this process left in the hooks' process-wide switch.
+        cstallmon_concurrency_set_statistics(1)
         var perStamp: [Double] = []
         for _ in 0..<(quick ? 3 : 7) {
             perStamp.append(Double(cstallmon_concurrency_measure_stamps(iterations)) / Double(iterations))
