@@ -1,7 +1,8 @@
 // The signal handler and everything it calls: the only code of stallmon that runs inside a signal handler.
-// Everything in this file is async-signal-safe: atomics, clock_gettime, syscall(gettid/futex) and libunwind's local
-// unwinder on memory preallocated at install, which finds unwind tables in the image table (image_table.c), not
-// through the loader. No malloc, locks of our own, stdio or Swift; errno saved and restored.
+// Everything in this file is async-signal-safe: atomics, clock_gettime, syscall(gettid/futex/process_vm_readv),
+// getpid and libunwind's local unwinder (unw_step, unw_get_reg) on memory preallocated at install, which finds
+// unwind tables in the image table (image_table.c), not through the loader. No malloc, locks of our own, stdio or
+// Swift; errno saved and restored.
 #include "capture_state.h"
 
 #include <errno.h>
@@ -143,11 +144,14 @@ static int fast_trace_into(capture_slot *slot, void *ucontext) {
 static void record_job_context(capture_slot *slot) {
     slot->job_frame = UINT32_MAX;
     slot->job_context = 0;
-    const uintptr_t start = atomic_load_explicit(&g_state.runner_start, memory_order_acquire);
+    // `end` first: it is published last (release), so once it is seen, `start` and the count are too.
     const uintptr_t end = atomic_load_explicit(&g_state.runner_end, memory_order_acquire);
-    const int runtime_frames = atomic_load_explicit(&g_state.runtime_frames, memory_order_acquire);
+    const uintptr_t start = atomic_load_explicit(&g_state.runner_start, memory_order_relaxed);
+    const int runtime_frames = atomic_load_explicit(&g_state.runtime_frames, memory_order_relaxed);
     if (end == 0 || runtime_frames < 0) return;
-    for (uint32_t runner = 1; runner < slot->frame_count; runner++) {
+    // The outermost runner: a job run inside another job of the same thread is not the one the worker's probe
+    // shows (the outer job is).
+    for (uint32_t runner = slot->frame_count; runner-- > 1;) {
         if (slot->frames[runner] < start || slot->frames[runner] >= end) continue;
         if (runner < (uint32_t)runtime_frames + 1) return;
         const uint32_t first = runner - 1 - (uint32_t)runtime_frames;
@@ -163,10 +167,11 @@ static void record_job_context(capture_slot *slot) {
     }
 }
 
-// Async-signal-safe: only atomics, clock_gettime, syscall(gettid/futex) and libunwind's local unwinder, whose
-// unw_init_local2/unw_step are documented signal-safe. With the register-state cache on (see cstallmon_install)
-// they take libunwind's cache mutex, with all signals blocked, so no holder of it can be interrupted by us; the
-// handler never unwinds a thread holding the loader's list lock, which that mutex's holder may wait for.
+// Async-signal-safe: only atomics, clock_gettime, syscall(gettid/futex/process_vm_readv), getpid and libunwind's
+// local unwinder, whose unw_init_local2/unw_step/unw_get_reg are documented signal-safe. With the register-state
+// cache on (see cstallmon_install) they take libunwind's cache mutex, with all signals blocked, so no holder of it
+// can be interrupted by us; the handler never unwinds a thread holding the loader's list lock, which that mutex's
+// holder may wait for.
 static void unwind_into(capture_slot *slot, void *ucontext) {
     unw_cursor_t *const cursor = &slot->cursor;
     slot->frame_count = 0;

@@ -180,6 +180,36 @@ void cstallmon_set_test_hook_after_capture(void (*hook)(int)) { atomic_store(&g_
 
 // MARK: - Capture (the waiting side; NOT async-signal-safe, bounded)
 
+// What a finished capture found, copied from its slot (state DONE, acquired) into the caller's buffers and result.
+// NOT async-signal-safe (the waiting side); never waits.
+static void collect_capture(const capture_slot *slot, uintptr_t *frames, uintptr_t *frame_pointers,
+                            uint32_t max_frames, cstallmon_capture_result *result) {
+    const uint32_t count = slot->frame_count < max_frames ? slot->frame_count : max_frames;
+    memcpy(frames, slot->frames, count * sizeof(uintptr_t));
+    result->frame_count = count;
+    result->job_frame = UINT32_MAX;
+    if (frame_pointers != NULL && slot->has_frame_pointers) {
+        memcpy(frame_pointers, slot->frame_pointers, count * sizeof(uintptr_t));
+        result->has_frame_pointers = 1;
+        if (slot->job_frame < count) {
+            result->job_frame = slot->job_frame;
+            result->job_context = slot->job_context;
+        }
+    }
+    result->truncated = slot->truncated;
+    result->handler_entered_ns = slot->entered_ns;
+    result->handler_done_ns = slot->done_ns;
+    result->unknown_image = (uint32_t)slot->unknown_image;
+    if (slot->in_loader) {
+        result->status = CSTALLMON_CAPTURE_IN_LOADER;
+    } else if (slot->unwind_error != 0) {
+        result->status = CSTALLMON_CAPTURE_UNWIND_FAILED;
+        result->error_number = slot->unwind_error;
+    } else {
+        result->status = CSTALLMON_CAPTURE_OK;
+    }
+}
+
 void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_t timeout_ns,
                        cstallmon_capture_result *result) {
     cstallmon_capture_with_frame_pointers(index, frames, NULL, max_frames, timeout_ns, result);
@@ -281,30 +311,7 @@ void cstallmon_capture_with_frame_pointers(int index, uintptr_t *frames, uintptr
         syscall(SYS_futex, (int32_t *)&slot->state, FUTEX_WAIT_PRIVATE, state, &wait, NULL, 0);
     }
     // DONE: the handler's plain writes happened before its release-store of DONE, which we just acquired.
-    const uint32_t count = slot->frame_count < max_frames ? slot->frame_count : max_frames;
-    memcpy(frames, slot->frames, count * sizeof(uintptr_t));
-    result->frame_count = count;
-    result->job_frame = UINT32_MAX;
-    if (frame_pointers != NULL && slot->has_frame_pointers) {
-        memcpy(frame_pointers, slot->frame_pointers, count * sizeof(uintptr_t));
-        result->has_frame_pointers = 1;
-        if (slot->job_frame < count) {
-            result->job_frame = slot->job_frame;
-            result->job_context = slot->job_context;
-        }
-    }
-    result->truncated = slot->truncated;
-    result->handler_entered_ns = slot->entered_ns;
-    result->handler_done_ns = slot->done_ns;
-    result->unknown_image = (uint32_t)slot->unknown_image;
-    if (slot->in_loader) {
-        result->status = CSTALLMON_CAPTURE_IN_LOADER;
-    } else if (slot->unwind_error != 0) {
-        result->status = CSTALLMON_CAPTURE_UNWIND_FAILED;
-        result->error_number = slot->unwind_error;
-    } else {
-        result->status = CSTALLMON_CAPTURE_OK;
-    }
+    collect_capture(slot, frames, frame_pointers, max_frames, result);
     void (*hook)(int) = atomic_load(&g_test_hook_after_capture);
     if (hook) hook(index);
     // Back to IDLE, or to FREE if its owner released it while we captured (the release found the slot busy and left

@@ -135,6 +135,9 @@ __attribute__((noinline)) int cstallmon_concurrency_await_check_outer(void) {
         const uintptr_t resume_point = g_check.chain[index];
         if (resume_point <= outer_call && outer_call - resume_point < CHECK_PARTIAL_FUNCTION_SPAN) verdict = 1;
     }
+#if !defined(__x86_64__)
+    verdict = -1;  // the handler records frame pointers on x86-64 only: no chain could be found elsewhere
+#endif
     if (verdict == 1) atomic_store_explicit(&g_runtime_frames, g_check.runtime_frames, memory_order_release);
     atomic_store_explicit(&g_layout, verdict, memory_order_release);
     return verdict;

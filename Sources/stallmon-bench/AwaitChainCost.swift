@@ -62,7 +62,8 @@ struct AwaitChainCost {
         }
         results.add(Figure(section: "capture", name: "async job: pause per sample, + job context",
                            value: Stats.median(pointerPauses), unit: "us", peerName: "without",
-                           peer: Stats.median(plainPauses), ratio: Stats.median(pointerPauses) / Stats.median(plainPauses),
+                           peer: Stats.median(plainPauses),
+                           ratio: Stats.median(pointerPauses) / Stats.median(plainPauses),
                            ratioMeaning: "× without",
                            note: String(format: "medians; p99 %.1f → %.1f us", Stats.percentile(plainPauses, 0.99),
                                         Stats.percentile(pointerPauses, 0.99))))

@@ -65,7 +65,8 @@ struct ReportCommand: ParsableCommand {
         // an error, never silently ignored.
         let configuration = try config.load()
         let directory = self.directory ?? configuration.reportDirectory
-        // The summary needs a few members per report; whole reports are only decoded for --folded and --html.
+        // The summary needs a few members per report; whole reports are only decoded for --folded, --html and
+        // --chains.
         let wantsSamples = folded != nil || html != nil || chains
         let digests: [(path: String, report: StallDigest)]
         var reports: [String: StallReport] = [:]

@@ -121,11 +121,12 @@ enum ReportText {
         }
         out += frameLines(stack, report)
         if stack.contains(where: { report.frames.indices.contains($0) && report.frames[$0].async == true }) {
-            out += "  ([async]: an async function awaiting the frame above, at the line where it resumes)\n"
+            out += "  ([async]: an async function awaiting the frame above, at the line where it resumes)"
+                + "\n"
         }
         if report.samples.contains(where: { $0.awaitChainTruncated == true }) {
-            out += "  (the await chain was longer than \(AwaitChain.maxResumePoints) resume points: its outermost callers are "
-                + "not shown)\n"
+            out += "  (the await chain was longer than \(AwaitChain.maxResumePoints) resume points: "
+                + "its outermost callers are not shown)\n"
         }
         return out
     }

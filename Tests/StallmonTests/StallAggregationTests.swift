@@ -79,6 +79,27 @@ struct StallAggregationTests {
         #expect(StallAggregation.signature([0, 1, 2, 3], frames: one).count == 16)
     }
 
+    /// An async function's partial functions are numbered by its suspension points: an `await` added elsewhere in the
+    /// function renumbers them, and must not make a new kind of stall; another function must.
+    @Test func signaturesIgnoreThePartialFunctionsNumber() {
+        let inApp = ["App.read()", "(3) await resume partial function for App.load()",
+                     "(2) suspend resume partial function for App.handle()"]
+        let before = table(["libc_read"] + inApp, inApp: Set(inApp))
+        let renumbered = ["App.read()", "(4) await resume partial function for App.load()",
+                          "(2) suspend resume partial function for App.handle()"]
+        let after = table(["libc_read"] + renumbered, inApp: Set(renumbered))
+        #expect(StallAggregation.signature([0, 1, 2, 3], frames: before)
+            == StallAggregation.signature([0, 1, 2, 3], frames: after))
+        let elsewhere = ["App.read()", "(3) await resume partial function for App.save()",
+                         "(2) suspend resume partial function for App.handle()"]
+        let other = table(["libc_read"] + elsewhere, inApp: Set(elsewhere))
+        #expect(StallAggregation.signature([0, 1, 2, 3], frames: before)
+            != StallAggregation.signature([0, 1, 2, 3], frames: other))
+        #expect(StallReport.Frame.withoutPartialFunctionPrefix("(12) suspend resume partial function for f()") == "f()")
+        let plain = "(not a partial function) g()"
+        #expect(StallReport.Frame.withoutPartialFunctionPrefix(plain) == plain)
+    }
+
     /// Idleness needs no symbols: a sample whose handler ran after the loop's own end of the iteration is idle even
     /// when its addresses name nothing (a stripped binary); one taken before the end is evidence.
     @Test func samplesAfterTheIterationsEndAreIdleWithoutSymbols() {

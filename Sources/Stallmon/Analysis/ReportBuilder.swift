@@ -172,11 +172,13 @@ struct ReportBuilder {
                 var resumed = chain.resumePoints.map {
                     frames(of: Key(address: $0, isReturnAddress: false, isAsync: true))
                 }
-                // The chain may begin where the function of the frame it continues resumes (the context below a
-                // resumed partial function's frame pointer is its callee's): that function is on the stack already.
-                if let first = resumed.first?.last, let attached = stack[chain.attachedFrame].last,
-                   frames[first].functionKey == frames[attached].functionKey {
-                    resumed.removeFirst()
+                // Should the context below the frame's pointer be its callee's, the chain begins where the frame's own
+                // partial function starts: that function is on the stack already. (Not the same function's name
+                // alone: a recursive caller resumes in a partial function of the same name.)
+                if let first = chain.resumePoints.first, let attached = stack[chain.attachedFrame].last,
+                   let offset = frames[attached].symbolOffset {
+                    let looked = chain.attachedFrame > 0 ? addresses[chain.attachedFrame] &- 1 : addresses[0]
+                    if looked &- UInt(offset) == first { resumed.removeFirst() }
                 }
                 stack.insert(contentsOf: resumed, at: chain.attachedFrame + 1)
             }

@@ -120,12 +120,15 @@ enum StallAggregation {
     }
 
     /// A stable id for "this kind of stall": FNV-1a 64 of the function keys of the hottest stack's innermost in-app
-    /// frames (up to 5), or of its innermost frames when none is in-app. 16 hex digits.
+    /// frames (up to 5), or of its innermost frames when none is in-app, each without the number of an async
+    /// function's partial function (which an `await` added elsewhere in it would change). 16 hex digits.
     static func signature(_ stack: [Int], frames table: [StallReport.Frame]) -> String {
         let valid = stack.filter { table.indices.contains($0) }
         var chosen = valid.filter { table[$0].inApp }
         if chosen.isEmpty { chosen = valid }
-        return combine(chosen.prefix(5).map { table[$0].functionKey })
+        return combine(chosen.prefix(5).map {
+            StallReport.Frame.withoutPartialFunctionPrefix(table[$0].functionKey)
+        })
     }
 
     /// FNV-1a 64 of `keys`, each ended by a newline. 16 hex digits.

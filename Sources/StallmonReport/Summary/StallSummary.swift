@@ -107,12 +107,7 @@ public struct StallSummary: Codable, Sendable, Equatable {
 
     /// `function` without the demangler's partial-function prefix ("(3) await resume partial function for ").
     static func awaitingFunction(_ function: String) -> String {
-        for marker in [" await resume partial function for ", " suspend resume partial function for "] {
-            if function.hasPrefix("("), let range = function.range(of: marker) {
-                return String(function[range.upperBound...])
-            }
-        }
-        return function
+        StallReport.Frame.withoutPartialFunctionPrefix(function)
     }
 
     /// Fills in each group's `chains` from the full `reports` (matched to its members by id).
@@ -128,7 +123,8 @@ public struct StallSummary: Codable, Sendable, Equatable {
                 counts[chain, default: (0, order)].stalls += 1
             }
             guard !counts.isEmpty else { continue }
-            groups[index].chains = counts.sorted { ($0.value.stalls, -$0.value.first) > ($1.value.stalls, -$1.value.first) }
+            groups[index].chains = counts
+                .sorted { ($0.value.stalls, -$0.value.first) > ($1.value.stalls, -$1.value.first) }
                 .map { AwaitChainCount(functions: $0.key, stalls: $0.value.stalls) }
         }
     }
