@@ -86,7 +86,6 @@ int cstallmon_worker_await_chain(int index, uint64_t sequence, uintptr_t job_con
 
 int cstallmon_task_await_chain(uintptr_t task, uintptr_t job_context, uintptr_t job_frame_pointer, uintptr_t *out,
                                uint32_t capacity, uint32_t *truncated) {
-    *truncated = 0;
     const int count = read_chain(job_context, task, out, capacity, truncated);
     // The function the handler found running still runs in its frame (the same context below its frame pointer):
     // had it returned within the job, another function's frame could hold the slot, and its context be freed.

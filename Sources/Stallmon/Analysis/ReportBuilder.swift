@@ -177,7 +177,8 @@ struct ReportBuilder {
                 // alone: a recursive caller resumes in a partial function of the same name.)
                 if let first = chain.resumePoints.first, let attached = stack[chain.attachedFrame].last,
                    let offset = frames[attached].symbolOffset {
-                    let looked = chain.attachedFrame > 0 ? addresses[chain.attachedFrame] &- 1 : addresses[0]
+                    let looked = Symbolicator.lookupAddress(addresses[chain.attachedFrame],
+                                                            isReturnAddress: chain.attachedFrame > 0)
                     if looked &- UInt(offset) == first { resumed.removeFirst() }
                 }
                 stack.insert(contentsOf: resumed, at: chain.attachedFrame + 1)

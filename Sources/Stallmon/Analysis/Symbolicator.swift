@@ -112,10 +112,16 @@ final class Symbolicator {
         if let symbolizer { _ = cstallmon_symbolizer_refresh(symbolizer) }
     }
 
+    /// The address looked up for a frame: a return address (every frame but the first) minus one, so that the call
+    /// site, not the next line, is named; `symbolOffset` is counted from it.
+    static func lookupAddress(_ address: UInt, isReturnAddress: Bool) -> UInt {
+        isReturnAddress && address > 0 ? address - 1 : address
+    }
+
     /// Symbolicates `address`; `isReturnAddress` (every frame but the first) looks up `address - 1` so the call
     /// site, not the next line, is named.
     func symbolize(_ address: UInt, isReturnAddress: Bool) -> SymbolizedAddress {
-        let lookup = isReturnAddress && address > 0 ? address - 1 : address
+        let lookup = Self.lookupAddress(address, isReturnAddress: isReturnAddress)
         if let cached = cache[lookup] { return cached }
         var image = imageContaining(lookup)
         if image == nil {

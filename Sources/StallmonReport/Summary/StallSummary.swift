@@ -94,7 +94,9 @@ public struct StallSummary: Codable, Sendable, Equatable {
         let frames = (report.hottestStack?.frames ?? []).compactMap {
             report.frames.indices.contains($0) ? report.frames[$0] : nil
         }.filter { $0.async == true }
-        let named = frames.map { (frame: $0, function: awaitingFunction($0.functionKey)) }
+        let named = frames.map {
+            (frame: $0, function: StallReport.Frame.withoutPartialFunctionPrefix($0.functionKey))
+        }
         let own = named.filter { $0.frame.inApp && !isCompilerThunk($0.function) }
         return (own.isEmpty ? named : own).map(\.function)
     }
@@ -103,11 +105,6 @@ public struct StallSummary: Codable, Sendable, Equatable {
     static func isCompilerThunk(_ function: String) -> Bool {
         function.hasPrefix("partial apply forwarder for ") || function.hasPrefix("reabstraction thunk helper ")
             || function.hasPrefix("thunk for ")
-    }
-
-    /// `function` without the demangler's partial-function prefix ("(3) await resume partial function for ").
-    static func awaitingFunction(_ function: String) -> String {
-        StallReport.Frame.withoutPartialFunctionPrefix(function)
     }
 
     /// Fills in each group's `chains` from the full `reports` (matched to its members by id).
