@@ -443,7 +443,10 @@ case "chain-churn":
         }
     }
     requester.start()
-    for round in 0..<40 {
+    // At least 40 rounds, and on until 25 snapshots were taken (a loaded machine answers them slower), at most 400.
+    var round = 0
+    while round < 40 || (snapshots.load(ordering: .relaxed) < 25 && round < 400) {
+        defer { round += 1 }
         await withTaskGroup(of: Int.self) { group in
             for index in 0..<100 {
                 // One job in 25 spins past the threshold; the others are over in microseconds.
