@@ -6,7 +6,8 @@ import PackageDescription
 //                   executor, and the probe a monitor attaches to it
 //   Stallmon        the monitor: probe, watchdog, capture, analysis, report writing, event log, configuration; the
 //                   `Looper`'s monitor and Swift Concurrency's global executor's (ConcurrencyStallMonitor).
-//                   swift-log, swift-metrics, libunwind and libdw only: no NIO, HTTP or TLS.
+//                   swift-log, swift-metrics, swift-distributed-tracing's Instrumentation (a request's trace ids),
+//                   libunwind and libdw only: no NIO, HTTP or TLS.
 //   StallmonReport  the `stallmon.report/1` contract and its read side: types, reader, skimmer, summaries
 //   StallmonUpload  spool, batching and retry decisions, OTLP/NDJSON payloads, the async-http-client transport;
 //                   plugs into the monitor as a `StallReportSink`. The transport is behind the `Upload` trait (on by
@@ -45,6 +46,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/adam-fowler/compress-nio", from: "1.5.0"),
@@ -88,6 +90,7 @@ let package = Package(
                 "CStallmonConcurrency",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Instrumentation", package: "swift-distributed-tracing"),
             ]
         ),
         .target(
@@ -159,7 +162,8 @@ let package = Package(
             name: "stallmon-async-fixture",
             dependencies: ["Stallmon", "StallmonLoop", "CStallmonCapture", "CStallmonConcurrency", "CStallmonLoopShims",
                            .product(name: "NIOCore", package: "swift-nio"),
-                           .product(name: "NIOPosix", package: "swift-nio")],
+                           .product(name: "NIOPosix", package: "swift-nio"),
+                           .product(name: "Instrumentation", package: "swift-distributed-tracing")],
             path: "Tests/StallmonAsyncFixture"
         ),
         .testTarget(name: "StallmonLoopTests", dependencies: ["StallmonLoop"]),
@@ -168,9 +172,11 @@ let package = Package(
             name: "StallmonTests",
             dependencies: [
                 "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonCapture", "CStallmonConcurrency", "CStallmonLoopShims",
+                "StallmonUpload",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
+                .product(name: "Instrumentation", package: "swift-distributed-tracing"),
                 "StallmonTestSupport",
             ]
         ),

@@ -37,6 +37,10 @@ bash scripts/docs.sh
 rm -f .build-hb/debug.yaml
 swift build --package-path Tests/HummingbirdService --scratch-path .build-hb --product hb-stall-service
 export REQUIRE_HUMMINGBIRD_SERVICE=1
+# The real Vapor 4 service VaporServiceTests drives, the same way (its first build takes about 5 minutes).
+rm -f .build-vapor/debug.yaml
+swift build --package-path Tests/VaporService --scratch-path .build-vapor --product vapor-stall-service
+export REQUIRE_VAPOR_SERVICE=1
 # The async fixture once more with the Swift runtime linked in (--static-swift-stdlib), as Vapor's and Hummingbird's
 # Dockerfiles build: the global executor's hooks must be found where dlsym finds nothing.
 swift build --static-swift-stdlib --product stallmon-async-fixture --scratch-path .build-static

@@ -957,17 +957,6 @@ ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size
     return cstallmon_worker_still_runs(index, sequence) ? length : -1;
 }
 
-ssize_t cstallmon_worker_label(int index, uint64_t sequence, char *out, size_t capacity) {
-    if (capacity == 0) return -1;
-    uintptr_t job;
-    uint32_t attributes;
-    if (!cstallmon_worker_job(index, sequence, &job, &attributes)) return -1;
-    if ((attributes & 0xFF) != 0) return -1;  // not a task: an actor's drain job has no task of its own
-    ssize_t length = cstallmon_label_read(job, out, capacity);
-    // Still the same job: the label found is its task's (a task's address is reused only after it is freed).
-    return cstallmon_worker_still_runs(index, sequence) ? length : -1;
-}
-
 // MARK: - The canary (the watchdog thread sends it; a worker runs it)
 
 // A job-sized work item on the medium-priority queue, sent by the watchdog only while every worker it knows of is

@@ -79,6 +79,7 @@ enum ReportText {
             if let phase = report.phase { out += "  (\(phase) phase)" }
             out += "\n"
         }
+        if let trace = Self.trace(report.traceId, report.spanId) { out += "  trace:    \(trace)\n" }
         if let top = report.topFrame { out += "  top:      \(top.displayName)\n" }
         let captures = report.captures
         out += "  samples:  \(captures.attempted) taken, \(captures.succeeded) with a stack"
@@ -150,6 +151,7 @@ enum ReportText {
                     + "\(job.taskName.map { " \"\($0)\"" } ?? ""), priority \(job.priority)\n"
             }
             if let label = entry.label, !label.isEmpty { out += "    running: \(label)\n" }
+            if let trace = Self.trace(entry.traceId, entry.spanId) { out += "    trace:  \(trace)\n" }
             if let top = entry.topFrame { out += "    top:    \(top.displayName)\n" }
             if let index = entry.sample, report.samples.indices.contains(index) {
                 let sample = report.samples[index]
@@ -194,6 +196,7 @@ enum ReportText {
                     + "\(job.taskName.map { " \"\($0)\"" } ?? ""), priority \(job.priority)\n"
             }
             if let label = culprit.label { out += "  running:  \(label)\n" }
+            if let trace = Self.trace(culprit.traceId, culprit.spanId) { out += "  trace:    \(trace)\n" }
             if let top = culprit.topFrame { out += "  top:      \(top.displayName)\n" }
             if let stallClass = culprit.stallClass { out += "  why:      \(stallClass.rawValue)\n" }
             for wait in (culprit.waitingOn ?? []).prefix(2) {
@@ -211,6 +214,11 @@ enum ReportText {
     }
 
     /// What the holder of the lock ran (its hottest stack, the service's own frames marked) and was blocked in.
+    /// `<trace id> span <span id>`, as a tracing UI's search takes the trace id; nil when not traced.
+    private static func trace(_ traceId: String?, _ spanId: String?) -> String? {
+        traceId.map { $0 + (spanId.map { " span \($0)" } ?? "") }
+    }
+
     private static func holderLines(_ wait: StallReport.WaitingOn, _ report: StallReport) -> String {
         var out = ""
         if let stack = wait.holderStack, !stack.frames.isEmpty {

@@ -201,6 +201,7 @@ enum EventText {
             if let count = event.count { parts.append("count \(count)") }
         }
         if let label = event.label { parts.append("running \(label)") }
+        if let traceId = event.traceId { parts.append("trace \(traceId)") }
         if let mode = event.mode, mode != "default" { parts.append("in mode \(mode)") }
         if let top = event.topFrame { parts.append("in \(top)") }
         if let report = event.report { parts.append("→ \(report)") }

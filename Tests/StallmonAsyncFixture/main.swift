@@ -9,6 +9,7 @@ import CStallmonConcurrency
 import CStallmonLoopShims
 import Foundation
 import Glibc
+import Instrumentation
 import NIOCore
 import NIOPosix
 import Stallmon
@@ -67,6 +68,26 @@ let measurements = Mutex<[String]>([])
     for line in measurements.withLock({ $0 }) { say(line) }
 }
 
+/// Injects the `traceparent` a task put into its `ServiceContext`, as a W3C propagator injects its span's: the
+/// starvation scenario's tracer.
+struct TraceparentInstrument: Instrument {
+    enum Key: ServiceContextKey { typealias Value = String }
+
+    /// The blocker `index`'s: trace id `index + 1`, span id `0xabc0 + index`.
+    static func traceparent(_ index: Int) -> String {
+        "00-" + String(repeating: "0", count: 31) + String(index + 1, radix: 16) + "-"
+            + String(repeating: "0", count: 12) + String(0xabc0 + index, radix: 16) + "-01"
+    }
+
+    func inject<Carrier, Inject: Injector>(_ context: ServiceContext, into carrier: inout Carrier, using injector: Inject)
+    where Inject.Carrier == Carrier {
+        if let traceparent = context[Key.self] { injector.inject(traceparent, forKey: "traceparent", into: &carrier) }
+    }
+
+    func extract<Carrier, Extract: Extractor>(_ carrier: Carrier, into context: inout ServiceContext,
+                                              using extractor: Extract) where Extract.Carrier == Carrier {}
+}
+
 enum AsyncStalls {
     @inline(never)
     static func spinCPU(milliseconds: Int) -> Int {
@@ -92,6 +113,20 @@ enum AsyncStalls {
         var request = timespec(tv_sec: milliseconds / 1000, tv_nsec: (milliseconds % 1000) * 1_000_000)
         var remaining = timespec()
         while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+    }
+
+    /// Reads an archive synchronously: a blocking read in an unstructured task a labelled request started.
+    @inline(never)
+    static func readExportArchive(milliseconds: Int) {
+        var request = timespec(tv_sec: milliseconds / 1000, tv_nsec: (milliseconds % 1000) * 1_000_000)
+        var remaining = timespec()
+        while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+    }
+
+    /// Starts an unstructured task (from a nonisolated function: on the global executor, as Vapor's responder tasks)
+    /// and waits for it.
+    static func exportInTheBackground(milliseconds: Int) async {
+        await Task { measured("export") { readExportArchive(milliseconds: milliseconds) } }.value
     }
 
     /// Encodes a large document with Foundation's JSONEncoder until `milliseconds` passed: the stall's samples are
@@ -369,13 +404,16 @@ case "stalls":
     // One of each kind, one after the other, then near misses that must not be reported.
     let monitor = makeMonitor()
     monitor.start()
+    // The label's layout check runs at start, in a task of its own: a service's first request may come before it.
+    for _ in 0..<400 where cstallmon_task_locals_layout() == 0 { try? await Task.sleep(for: .milliseconds(5)) }
+    say("labels \(cstallmon_task_locals_layout())")
     await Task.detached(name: "checkout cart") {
         await StallLabel.withValue("POST /checkout") {
             measured("cpu") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
         }
     }.value
     try? await Task.sleep(for: .milliseconds(50))
-    // The parent's label is not its children's.
+    // A child task carries its parent's label, with no call of its own.
     await StallLabel.withValue("GET /report") { await withTaskGroup(of: Void.self) { group in
         group.addTask(name: "résumé renderer") {
             // A cancellation handler puts a status record of its own in front of the name's.
@@ -384,6 +422,11 @@ case "stalls":
             } onCancel: {}
         }
     }
+    }
+    try? await Task.sleep(for: .milliseconds(50))
+    // So does an unstructured task started inside the scope (a copy of the parent's task-locals).
+    await StallLabel.withValue("POST /export") {
+        await AsyncStalls.exportInTheBackground(milliseconds: 5 * thresholdMs / 2)
     }
     try? await Task.sleep(for: .milliseconds(50))
     let ledger = Ledger()
@@ -549,10 +592,17 @@ case "starvation":
     await burst()
     try? await Task.sleep(for: .milliseconds(300))
     let workers = ProcessInfo.processInfo.activeProcessorCount
+    // Each blocker serves a traced request of its own.
+    InstrumentationSystem.bootstrap(TraceparentInstrument())
+    for _ in 0..<400 where cstallmon_task_locals_layout() == 0 { try? await Task.sleep(for: .milliseconds(5)) }
     let blockers = (0..<workers).map { index in
         Task.detached(name: "blocker \(index)") {
-            await StallLabel.withValue("GET /slow/\(index)") {
-                measured("blocker\(index)") { Starvation.holdTheWorker(milliseconds: 3 * thresholdMs) }
+            var context = ServiceContext.topLevel
+            context[TraceparentInstrument.Key.self] = TraceparentInstrument.traceparent(index)
+            await ServiceContext.withValue(context) {
+                await StallLabel.withValue("GET /slow/\(index)") {
+                    measured("blocker\(index)") { Starvation.holdTheWorker(milliseconds: 3 * thresholdMs) }
+                }
             }
         }
     }

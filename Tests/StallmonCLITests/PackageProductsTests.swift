@@ -66,6 +66,8 @@ struct PackageProductsTests {
             guard !snippet.lines.contains("import StallmonNIO") else { continue }
             // The Hummingbird middleware is compiled by Tests/HummingbirdService (HummingbirdServiceTests).
             guard !snippet.lines.contains("import Hummingbird") else { continue }
+            // The Vapor middleware is compiled by Tests/VaporService (VaporServiceTests).
+            guard !snippet.lines.contains("import Vapor") else { continue }
             let index = sources.count
             sources.append((snippet.imports + ["", "// \(snippet.file)", "func readmeSnippet\(index)() throws {"]
                             + snippet.body + ["}"]).joined(separator: "\n") + "\n")

@@ -4,11 +4,12 @@
 Each request consumes the next behaviour of --plan (a JSON list); when the plan is exhausted, requests get 200.
 Behaviours: {"status": N, "body": "...", "retry_after": "1", "partial": K, "sleep": seconds, "reset": true}.
 Bodies are gunzipped and parsed: OTLP JSON with the official opentelemetry-proto package (json_format.Parse into
-ExportLogsServiceRequest, which refuses unknown fields), NDJSON line by line. One JSON line per answered request goes to
+ExportLogsServiceRequest, which refuses unknown fields; a log record's traceId and spanId, which OTLP's JSON mapping
+writes in hex, first turned into the base64 protobuf's JSON mapping expects), NDJSON line by line. One JSON line per answered request goes to
 --log (and one per arrival, before any scripted delay, to --log + ".arrivals"): time, path, behaviour, status, ids, parse error, and the headers that matter.
 Stops by itself after --lifetime seconds.
 """
-import argparse, gzip, json, socket, struct, threading, time
+import argparse, base64, gzip, json, socket, struct, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from google.protobuf import json_format
@@ -27,10 +28,23 @@ lock = threading.Lock()
 counter = [0]
 
 
+def hex_ids_to_base64(document):
+    """OTLP/JSON writes trace_id and span_id as hex (the OTLP specification's exception to protobuf's JSON mapping,
+    which takes base64 for bytes): turned into base64 so json_format decodes them into their 16 and 8 bytes. A value
+    that is not hex fails the request."""
+    for resource_logs in document.get("resourceLogs", []):
+        for scope_logs in resource_logs.get("scopeLogs", []):
+            for record in scope_logs.get("logRecords", []):
+                for key in ("traceId", "spanId"):
+                    if key in record:
+                        record[key] = base64.b64encode(bytes.fromhex(record[key])).decode()
+    return document
+
+
 def parse(path, body):
     if path.endswith("/v1/logs"):
         request = ExportLogsServiceRequest()
-        json_format.Parse(body.decode("utf-8"), request)
+        json_format.ParseDict(hex_ids_to_base64(json.loads(body.decode("utf-8"))), request)
         ids, resources, records = [], [], []
         for resource_logs in request.resource_logs:
             resources.append({a.key: json_format.MessageToDict(a.value) for a in resource_logs.resource.attributes})
@@ -38,7 +52,11 @@ def parse(path, body):
                 for record in scope_logs.log_records:
                     attributes = {a.key: a.value for a in record.attributes}
                     ids.append(attributes["stallmon.report.id"].string_value)
-                    records.append({key: json_format.MessageToDict(value) for key, value in attributes.items()})
+                    decoded = {key: json_format.MessageToDict(value) for key, value in attributes.items()}
+                    if record.trace_id:
+                        decoded["@trace_id"], decoded["@span_id"] = record.trace_id.hex(), record.span_id.hex()
+                        assert len(record.trace_id) == 16 and len(record.span_id) == 8
+                    records.append(decoded)
                     assert record.time_unix_nano > 0 and record.severity_number == 13
                     assert attributes["stallmon.stall.duration_ms"].double_value > 0
         return ids, resources, records

@@ -109,6 +109,19 @@ struct UploaderTests {
         #expect(record["stallmon.loop"] == .object(["stringValue": .string("swift-global-executor")]))
     }
 
+    /// A stall of a traced request carries the request's trace in the log record's own trace_id and span_id (hex in
+    /// OTLP's JSON mapping), so the collector links it to the trace; an untraced one has neither.
+    @Test func otlpRecordsCarryTheRequestsTrace() throws {
+        var report = sampleReport(durationMs: 250)
+        report.traceId = "4bf92f3577b34da6a3ce929d0e0e4736"
+        report.spanId = "00f067aa0ba902b7"
+        let record = try deliverOTLPRecord(report)
+        #expect(record["@trace_id"] == .string("4bf92f3577b34da6a3ce929d0e0e4736"))
+        #expect(record["@span_id"] == .string("00f067aa0ba902b7"))
+        let untraced = try deliverOTLPRecord(sampleReport(durationMs: 250))
+        #expect(untraced["@trace_id"] == nil)
+    }
+
     /// A starved pool tells the collector how long, and who held the workers.
     @Test func otlpRecordsDescribeAStarvation() throws {
         var report = sampleReport(durationMs: 303)

@@ -225,25 +225,60 @@ int cstallmon_pool_stats(int pool, cstallmon_pool_totals *out, uint64_t *run_buc
 /// The longest label kept (bytes of UTF-8; a longer one is cut).
 #define CSTALLMON_LABEL_MAX_BYTES 96
 
-/// Sets the stall label of task `task` (its address, `withUnsafeCurrentTask`) to `text` (`length` bytes, cut at
-/// CSTALLMON_LABEL_MAX_BYTES), replacing the task's previous one. Returns the slot, for `cstallmon_label_clear`, or
-/// -1 when the table is full near the task's home slot (the label is then dropped and counted). Lock-free (a
-/// compare-and-swap and a seqlocked copy), no allocation; for the task itself. Async-signal-safe.
-int cstallmon_label_set(uintptr_t task, const char *text, size_t length);
+/// One stall label as the watchdog reads it: the text, and the W3C ids of the request's span when it was traced.
+typedef struct {
+    char text[CSTALLMON_LABEL_MAX_BYTES + 1];
+    uint32_t length;
+    /// 1: `trace_id` and `span_id` hold the span's ids (a `traceparent`'s, as bytes); 0: not traced.
+    uint8_t traced;
+    uint8_t trace_id[16];
+    uint8_t span_id[8];
+} cstallmon_label_entry;
 
-/// Removes the label of `task` from `slot` (nothing if another task holds it). Async-signal-safe.
-void cstallmon_label_clear(int slot, uintptr_t task);
+/// Takes an entry for a scope: `text` (`length` bytes, cut at CSTALLMON_LABEL_MAX_BYTES) and, if both are not NULL,
+/// the span's 16-byte trace id and 8-byte span id. Returns the entry's id, never reused, for the scope's task-local
+/// and `cstallmon_label_close`; 0 when no slot was free (the label is dropped and counted). Lock-free (a fetch-add,
+/// a compare-and-swap and a seqlocked copy), no allocation. Async-signal-safe.
+uint64_t cstallmon_label_open(const char *text, size_t length, const uint8_t *trace_id, const uint8_t *span_id);
 
-/// Copies the label of `task` into `out` with its NUL. Returns its length, or -1 when the task has none.
-/// Async-signal-safe.
-ssize_t cstallmon_label_read(uintptr_t task, char *out, size_t capacity);
+/// Gives back the entry `id` (nothing if it is not open). Async-signal-safe.
+void cstallmon_label_close(uint64_t id);
+
+/// Copies entry `id` into `out`: 1, or 0 when it is not open (or holds nothing). Async-signal-safe.
+int cstallmon_label_lookup(uint64_t id, cstallmon_label_entry *out);
 
 /// Labels dropped because the table was full. Async-signal-safe.
 uint64_t cstallmon_labels_dropped(void);
 
-/// The label of the task that probe `index` runs as its job `sequence` (odd), if the job is a task and has one;
-/// -1 otherwise (or when the job ended meanwhile). Async-signal-safe.
-ssize_t cstallmon_worker_label(int index, uint64_t sequence, char *out, size_t capacity);
+// MARK: A task's own task-local (task_locals.c)
+//
+// The entry's id is a task-local of the task that opened it, inherited by every task started in its scope. The
+// watchdog reads it from the stalled task's task-local bindings; where a task keeps them is found at start with real
+// tasks (below), not assumed, and nothing is read before that check passed.
+
+/// The check's first step, from inside a task whose only binding is `key` (the TaskLocal object's address) bound to
+/// `expected` (not 0): finds the word of `task` (the running task, `withUnsafeCurrentTask`) that leads to its
+/// bindings. Returns its offset, or -1. One check at a time. NOT async-signal-safe (system calls).
+int cstallmon_task_locals_find_head(uintptr_t task, uintptr_t key, uint64_t expected);
+
+/// The check's next steps, from inside `task`: whether the innermost binding of the key found is `expected` (0:
+/// that there is none). Returns 1 or -1. NOT async-signal-safe.
+int cstallmon_task_locals_confirm(uintptr_t task, uint64_t expected);
+
+/// The check's verdict: from `passed` on, values are read; otherwise never. Async-signal-safe.
+void cstallmon_task_locals_set_verdict(int passed);
+
+/// 0: not checked yet; 1: passed; -1: failed. Async-signal-safe.
+int cstallmon_task_locals_layout(void);
+
+/// The innermost binding of the checked key in `task`, which the caller knows to be alive: 1 and its value, 0 when
+/// none, -1 when unreadable or the check has not passed. NOT async-signal-safe (system calls).
+int cstallmon_task_local_value(uintptr_t task, uint64_t *value);
+
+/// The label of the task that probe `index` runs as its job `sequence` (odd), if the job is a task whose scope (or
+/// an ancestor's) has an open entry: 1 and the entry; -1 otherwise (or when the job ended meanwhile). For the
+/// watchdog thread; NOT async-signal-safe (system calls).
+int cstallmon_worker_label(int index, uint64_t sequence, cstallmon_label_entry *out);
 
 /// How many workers ran jobs unwatched because every probe was taken. Async-signal-safe.
 uint64_t cstallmon_concurrency_unwatched_workers(void);

@@ -90,6 +90,7 @@ public final class ConcurrencyStallMonitor: Sendable {
         mainActorTimed = mainActor && TimedExecutorFactory.timedMainExecutor != nil
         Self.checkTaskNameLayout(logger: logger)
         AwaitChain.checkLayout(logger: logger)
+        StallLabel.checkLayout(logger: logger)
         self.name = name
         self.configuration = configuration
         self.sinks = sinks

@@ -360,7 +360,9 @@ final class ReportWriter: Sendable {
         report.job = snapshot.job
         // A hung stall's every ongoing report says so (each replaces the one before on disk); its final has none.
         report.hang = snapshot.hang
-        if let text = snapshot.labelText { report.label = text }
+        if let text = snapshot.taskLabel?.text { report.label = text }
+        report.traceId = snapshot.taskLabel?.traceId
+        report.spanId = snapshot.taskLabel?.spanId
         if let starvation = snapshot.starvation {
             Self.describeStarvation(&report, starvation, builder: builder)
         }
@@ -384,11 +386,14 @@ final class ReportWriter: Sendable {
                 HottestStack(frames: stack.frames.compactMap { built.frames.indices.contains($0)
                     ? position[key(built.frames[$0])] : nil }, samples: stack.samples, of: stack.of)
             }
-            return StallReport.Culprit(
-                thread: built.thread, job: culprit.snapshot.job, label: culprit.snapshot.labelText,
+            var described = StallReport.Culprit(
+                thread: built.thread, job: culprit.snapshot.job, label: culprit.snapshot.taskLabel?.text,
                 busyMs: Double(culprit.snapshot.durationNanoseconds) / 1e6, heldThroughout: culprit.heldThroughout,
                 stallClass: built.stallClass, topFrame: built.topFrame, hottestStack: hottest,
                 waitingOn: built.waitingOn, signature: built.signature, samples: built.samples.count)
+            described.traceId = culprit.snapshot.taskLabel?.traceId
+            described.spanId = culprit.snapshot.taskLabel?.spanId
+            return described
         }
         report.kind = "starvation"
         report.starvation = StallReport.Starvation(
@@ -413,7 +418,9 @@ final class ReportWriter: Sendable {
         event.loop = snapshot.loopName
         event.tid = snapshot.threadID
         event.thresholdMs = Double(snapshot.thresholdNanoseconds) / 1e6
-        event.label = snapshot.labelText ?? (snapshot.labelID == 0 ? nil : LooperLabel(id: snapshot.labelID).name)
+        event.label = snapshot.taskLabel?.text ?? (snapshot.labelID == 0 ? nil : LooperLabel(id: snapshot.labelID).name)
+        event.traceId = snapshot.taskLabel?.traceId
+        event.spanId = snapshot.taskLabel?.spanId
         event.mode = snapshot.mode
         event.job = snapshot.job
         return event
@@ -586,13 +593,16 @@ final class ReportWriter: Sendable {
                 topFrame = StallReport.FrameSummary(symbol: described.symbol ?? described.address,
                                                     file: described.file, line: described.line)
             }
-            let label = part.labelText ?? (part.labelID == 0 ? nil : LooperLabel(id: part.labelID).name)
-            return StallReport.Snapshot.Entry(
+            let label = part.taskLabel?.text ?? (part.labelID == 0 ? nil : LooperLabel(id: part.labelID).name)
+            var entry = StallReport.Snapshot.Entry(
                 name: part.name, kind: part.kind,
                 thread: part.tid.map { StallReport.ThreadDescription(tid: $0, name: threadName(of: $0)) },
                 state: part.busySince == nil ? "idle" : "busy",
                 busyMs: part.busySince.map { Double(now &- min(now, $0)) / 1e6 }, label: label, job: part.job,
                 sample: sample, topFrame: topFrame, note: part.note)
+            entry.traceId = part.taskLabel?.traceId
+            entry.spanId = part.taskLabel?.spanId
+            return entry
         }
         report.snapshot = StallReport.Snapshot(entries: entries)
         return report

@@ -123,7 +123,7 @@ final class PoolWorkerSource: ProbeSource {
             var part = SnapshotCoordinator.Part(name: name, kind: "worker", tid: reading.tid,
                                                 busySince: reading.jobSince)
             part.job = reading.job
-            part.labelText = reading.label
+            part.taskLabel = reading.label
             if cstallmon_worker_pin(reading.index, reading.generation) == 1 {
                 var capturer = lender.borrow(for: reading.tid)
                 part.sample = capturer?.capture(labelID: 0, jobOf: reading)
@@ -239,7 +239,7 @@ final class PoolWorkerSource: ProbeSource {
             describe: { snapshot in  // at a stall's begin only
                 guard let reading = jobReading else { return }
                 snapshot.job = reading.job
-                snapshot.labelText = reading.label
+                snapshot.taskLabel = reading.label
                 snapshot.loopName = reading.runsMainActor ? mainActorName : poolName
             },
             isAlive: !retired)

@@ -22,7 +22,7 @@ final class StarvationWatch {
     private struct Culprit {
         var worker: WorkerReading
         var job: StallReport.Job?
-        var label: String?
+        var label: TaskLabel?
         var since: UInt64
         var samples: [RawSample] = []
         var baseline: ThreadStats?
@@ -182,7 +182,7 @@ final class StarvationWatch {
                 elapsedAtDetection: episode.detectedAt - min(episode.detectedAt, culprit.since), labelID: 0,
                 samples: culprit.samples)
             snapshot.job = culprit.job
-            snapshot.labelText = culprit.label
+            snapshot.taskLabel = culprit.label
             if let baseline = culprit.baseline, let stats = ThreadStats.read(tid: culprit.worker.tid),
                now > culprit.baselineAt {
                 let wall = now - culprit.baselineAt
@@ -214,7 +214,7 @@ final class StarvationWatch {
             elapsedAtDetection: episode.detectedAt &- episode.saturatedSince, labelID: 0,
             samples: culprits.flatMap(\.snapshot.samples))
         snapshot.job = first?.job
-        snapshot.labelText = first?.labelText
+        snapshot.taskLabel = first?.taskLabel
         snapshot.threadClass = verdict == "blocked" ? .blocked : .cpu
         snapshot.starvation = starvation
         return snapshot

@@ -46,11 +46,12 @@ struct WorkerReading {
             taskName: raw.named_task == 1 ? taskName : nil)
     }
 
-    /// The label (`StallLabel`) of the task the worker runs as this job, if it has one and still runs it.
-    var label: String? {
-        readCString(capacity: Int(CSTALLMON_LABEL_MAX_BYTES) + 1) {
-            Int(cstallmon_worker_label(index, raw.sequence, $0, $1))
-        }
+    /// The label (`StallLabel`, with the request's trace ids) of the task the worker runs as this job, if its scope
+    /// or an ancestor's set one and the worker still runs it.
+    var label: TaskLabel? {
+        var entry = cstallmon_label_entry()
+        guard cstallmon_worker_label(index, raw.sequence, &entry) == 1 else { return nil }
+        return TaskLabel(entry)
     }
 
     /// The name of the task the worker runs as this job, if it has one and still runs it.

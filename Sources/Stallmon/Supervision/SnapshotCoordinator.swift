@@ -16,9 +16,9 @@ final class SnapshotCoordinator: Sendable {
         var tid: Int32?
         /// CLOCK_MONOTONIC ns the current iteration or job began; nil when idle.
         var busySince: UInt64?
-        /// A `Looper` label id (0: none), or the label's text.
+        /// A `Looper` label id (0: none), or a task's label (`StallLabel`, with its trace ids).
         var labelID: UInt32 = 0
-        var labelText: String?
+        var taskLabel: TaskLabel?
         var job: StallReport.Job?
         var sample: RawSample?
         var note: String?

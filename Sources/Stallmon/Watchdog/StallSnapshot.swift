@@ -27,8 +27,8 @@ struct StallSnapshot: Sendable {
     var mode: String? = nil
     /// For a Swift Concurrency worker: the job that held it.
     var job: StallReport.Job? = nil
-    /// The label of an async job's task (`StallLabel`), instead of a `Looper` label.
-    var labelText: String? = nil
+    /// The label of an async job's task (`StallLabel`, with the request's trace ids), instead of a `Looper` label.
+    var taskLabel: TaskLabel? = nil
     /// For a starved pool's report (then `samples` are every culprit's).
     var starvation: StarvationSnapshot? = nil
     /// What was done once the stall passed a hang limit (the report's `hang`). Part of the stall, not of one message:

@@ -12,6 +12,10 @@ public struct StallEvent: Codable, Sendable, Equatable {
     public var elapsedMs: Double?
     public var durationMs: Double?
     public var label: String?
+    /// Swift Concurrency stalls and starvations: the W3C trace and span ids of the task's traced `StallLabel` scope,
+    /// as the report's.
+    public var traceId: String?
+    public var spanId: String?
     public var topFrame: String?
     public var samples: Int?
     /// Path of the report written for this event.
@@ -66,7 +70,8 @@ public struct StallEvent: Codable, Sendable, Equatable {
     public var action: String?
 
     enum CodingKeys: String, CodingKey {
-        case time, event, id, loop, tid, thresholdMs, elapsedMs, durationMs, label, topFrame, samples, report, count
+        case time, event, id, loop, tid, thresholdMs, elapsedMs, durationMs, label, traceId, spanId, topFrame, samples
+        case report, count
         case message
         case stallClass = "class"
         case signature, suppressed, phase, mode, job

@@ -29,6 +29,11 @@ public struct StallReport: Codable, Sendable, Equatable {
     public var durationSource: String
     /// What the loop was running when the stall was detected (timer, source or block label).
     public var label: String
+    /// The W3C trace id (32 lowercase hex digits) of the request the stalled task served, when its `StallLabel`
+    /// scope was traced; absent otherwise.
+    public var traceId: String?
+    /// The W3C span id (16 lowercase hex digits) of the span current when that scope began.
+    public var spanId: String?
     /// The most frequent innermost in-app frame across samples: the grouping key of `stallmon report`.
     public var topFrame: FrameSummary?
     public var captures: CaptureCounts
@@ -96,6 +101,9 @@ public struct StallReport: Codable, Sendable, Equatable {
             public var busyMs: Double?
             /// What it runs: a `Looper` label, or the task's `StallLabel`.
             public var label: String?
+            /// For a worker: the W3C trace and span ids of its task's traced `StallLabel` scope.
+            public var traceId: String?
+            public var spanId: String?
             /// For a worker: its job.
             public var job: Job?
             /// Index into the report's `samples`: its stack sample, if one was taken.
@@ -148,7 +156,7 @@ public struct StallReport: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case schema, id, ongoing, process, thread, loop, thresholdMs, start, durationMs, durationSource, label
-        case topFrame, captures, samples, frames, images
+        case traceId, spanId, topFrame, captures, samples, frames, images
         case stallClass = "class"
         case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore, phase, mode
         case waitingOn, job, kind, starvation, hang, snapshot
@@ -192,6 +200,9 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var job: Job?
         /// The label of the job's task (`StallLabel`), when it had one.
         public var label: String?
+        /// The W3C trace and span ids of the job's task's traced `StallLabel` scope.
+        public var traceId: String?
+        public var spanId: String?
         /// How long the job had held the worker when the starvation ended (or when its job ended, if sooner).
         public var busyMs: Double
         /// True when the job held its worker for (at least 90 % of) the whole saturation.
@@ -206,7 +217,7 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var samples: Int
 
         enum CodingKeys: String, CodingKey {
-            case thread, job, label, busyMs, heldThroughout
+            case thread, job, label, traceId, spanId, busyMs, heldThroughout
             case stallClass = "class"
             case topFrame, hottestStack, waitingOn, signature, samples
         }

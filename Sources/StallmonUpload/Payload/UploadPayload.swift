@@ -57,6 +57,10 @@ enum OTLP {
         var severityText: String
         var body: AnyValue
         var attributes: [KeyValue]
+        /// The request's trace, when the stalled task's `StallLabel` scope was traced: hex, as OTLP's JSON mapping
+        /// writes trace and span ids (not base64, unlike other bytes fields).
+        var traceId: String?
+        var spanId: String?
     }
 
     struct KeyValue: Encodable {
@@ -130,7 +134,7 @@ enum OTLP {
             + (report.ongoing ? " (ongoing)" : "") + " in \(top)"
         return LogRecord(timeUnixNano: String(start ?? observedAt), observedTimeUnixNano: String(observedAt),
                          severityNumber: severityWarn, severityText: "WARN", body: .string(body),
-                         attributes: attributes)
+                         attributes: attributes, traceId: report.traceId, spanId: report.spanId)
     }
 
     // MARK: - A log record's attributes, by concern

@@ -9,7 +9,9 @@
 //
 // Writes the port it listens on (127.0.0.1) to PORT_FILE. GET /cpu, /sleep, /lock and /users/{id}/invoice stall;
 // /fast does not; StallLabelMiddleware names each request's stalls after its route;
-// /measurements lists what each stalling handler measured itself: `measured NAME MS TID` lines. In nio-takeover
+// /measurements lists what each stalling handler measured itself: `measured NAME MS TID` lines. With
+// STALL_SERVICE_TRACING=1 the service traces its requests (W3CInMemoryTracer, Hummingbird's TracingMiddleware before
+// StallLabelMiddleware, as the docs say) and GET /spans lists the spans it finished. In nio-takeover
 // mode, NIO's executor take-over is installed first and the monitor's error goes to stderr (exit 3). In plain mode
 // there is no monitor at all (the benchmark's baseline).
 import Foundation
@@ -17,6 +19,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import NIOPosix
+import Instrumentation
 import ServiceLifecycle
 import Stallmon
 import StallmonNIO
@@ -168,7 +171,10 @@ struct Service {
             }
         }
 
+        let tracer = ProcessInfo.processInfo.environment["STALL_SERVICE_TRACING"] == "1" ? W3CInMemoryTracer() : nil
+        if let tracer { InstrumentationSystem.bootstrap(tracer) }
         let router = Router()
+        if tracer != nil { router.add(middleware: TracingMiddleware()) }
         router.add(middleware: StallLabelMiddleware())
         router.get("cpu") { _, _ -> String in measured("cpu") { Handlers.renderInvoice(milliseconds: 300) } }
         router.get("sleep") { request, _ -> String in
@@ -188,6 +194,7 @@ struct Service {
         }
         router.get("fast") { _, _ -> String in "fast" }
         router.get("measurements") { _, _ -> String in measurements.withLock { $0.joined(separator: "\n") } }
+        router.get("spans") { _, _ -> String in tracer?.finishedSpanLines ?? "" }
         let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
                               onServerRunning: { channel in
                                   let port = channel.localAddress?.port ?? 0

@@ -5,7 +5,9 @@ import Stallmon
 
 /// Names every request's async stalls after its route (`GET /users/{id}`: the matched pattern, not the raw path).
 /// Add it before the routes, `router.add(middleware: StallLabelMiddleware())`: a router's middleware runs once the
-/// route is matched, so `context.endpointPath` is known; a request to an unknown route gets no label.
+/// route is matched, so `context.endpointPath` is known; a request to an unknown route gets no label. A service that
+/// traces adds it after Hummingbird's `TracingMiddleware()`, inside the request's span: its reports then carry the
+/// request's trace and span ids too.
 struct StallLabelMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context,
                 next: (Request, Context) async throws -> Response) async throws -> Response {

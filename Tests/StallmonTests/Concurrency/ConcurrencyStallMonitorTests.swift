@@ -117,11 +117,12 @@ struct ConcurrencyStallMonitorTests {
         }
     }
 
-    @Test("a task, a task group's child and an actor stall the pool: one report each, near misses none")
+    @Test("a task, a task group's child, an unstructured task and an actor stall the pool: one report each, near misses none")
     func stallsOfEachKind() async throws {
         let run = try await Self.run("stalls")
         #expect(run.status == 0, "\(run.output) \(run.errors)")
-        #expect(run.reports.count == 3, "one per stall, none for the near misses: \(run.reports.map(\.topFrame))")
+        #expect(run.value("labels") == "1", "the task-local layout check passed")
+        #expect(run.reports.count == 4, "one per stall, none for the near misses: \(run.reports.map(\.topFrame))")
         let cpu = Self.check(run, job: "cpu", topFrame: "AsyncStalls.spinCPU", loop: "swift-global-executor",
                              executor: "global", stallClass: .cpu)
         #expect(cpu?.job?.kind == "task")
@@ -135,7 +136,11 @@ struct ConcurrencyStallMonitorTests {
         let sleep = Self.check(run, job: "sleep", topFrame: "AsyncStalls.blockingSleep",
                                loop: "swift-global-executor", executor: "global", stallClass: .blocked)
         #expect(sleep?.job?.taskName == "résumé renderer", "a task group's child named in addTask(name:)")
-        #expect(sleep?.label == "", "a child task does not carry its parent's label")
+        #expect(sleep?.label == "GET /report", "a task group's child carries its parent's label")
+        let export = Self.check(run, job: "export", topFrame: "AsyncStalls.readExportArchive",
+                                loop: "swift-global-executor", executor: "global", stallClass: .blocked)
+        #expect(export?.label == "POST /export", "an unstructured task carries the label of the scope it began in")
+        #expect(export?.traceId == nil, "an untraced scope: no trace ids")
         #expect(sleep?.waitingOn?.first?.kind == "sleep", "\(String(describing: sleep?.waitingOn))")
         let lock = Self.check(run, job: "lock", topFrame: "HeldLock.acquireAndRelease",
                               loop: "swift-global-executor", executor: "global", stallClass: .blocked)
@@ -147,7 +152,7 @@ struct ConcurrencyStallMonitorTests {
         #expect(lock?.waitingOn?.first?.holderName == "fixture-holder")
         #expect(run.measured["nearmiss"] != nil)
         let begins = run.events.filter { $0.event == "stall.begin" }
-        #expect(begins.count == 3)
+        #expect(begins.count == 4)
         #expect(begins.allSatisfy { $0.job?.executor == "global" && $0.loop == "swift-global-executor" })
         #expect(begins.contains { $0.job?.taskName == "checkout cart" }, "the event log names the task too")
         #expect(begins.contains { $0.label == "POST /checkout" }, "and its label")
@@ -216,6 +221,8 @@ struct ConcurrencyStallMonitorTests {
         let starvation = try #require(report.starvation)
         let blockers = run.measured.filter { $0.key.hasPrefix("blocker") }
         #expect(starvation.verdict == "blocked")
+        #expect(report.traceId != nil && report.traceId == starvation.culprits.first?.traceId,
+                "the report's trace is its first culprit's, as its thread and job are")
         #expect(starvation.workers == blockers.count)
         #expect(starvation.culprits.count == blockers.count, "\(starvation.culprits.map(\.thread))")
         for (name, measured) in blockers {
@@ -223,6 +230,10 @@ struct ConcurrencyStallMonitorTests {
             #expect(culprit != nil, "\(name)'s worker \(measured.tid) is a culprit")
             #expect(culprit?.job?.taskName == "blocker \(name.dropFirst("blocker".count))")
             #expect(culprit?.label == "GET /slow/\(name.dropFirst("blocker".count))")
+            let index = Int(name.dropFirst("blocker".count)) ?? -1
+            #expect(culprit?.traceId == String(repeating: "0", count: 31) + String(index + 1, radix: 16),
+                    "each culprit's own request's trace")
+            #expect(culprit?.spanId == String(repeating: "0", count: 12) + String(0xabc0 + index, radix: 16))
             #expect(culprit?.heldThroughout == true)
             #expect(culprit?.stallClass == .blocked)
             #expect(culprit?.waitingOn?.first?.kind == "sleep")

@@ -2,6 +2,7 @@ import CStallmonLoopShims
 import Foundation
 import StallmonReport
 import StallmonTestSupport
+import StallmonUpload
 import Synchronization
 import Testing
 
@@ -48,6 +49,10 @@ struct HummingbirdServiceTests {
     struct Outcome: Sendable {
         var started = false
         var measured = ""
+        /// GET /spans: the spans a traced service finished (`span NAME TRACE_ID SPAN_ID` lines).
+        var spans = ""
+        /// Where the service wrote its reports.
+        var reportDirectory = ""
         var errors = ""
         var exitCode: Int32?
         var reports: [StallReport] = []
@@ -56,10 +61,10 @@ struct HummingbirdServiceTests {
     /// Starts the service in `mode`, sends `paths` one after the other, reads /measurements, stops it. With
     /// `until`, the reports are read until it holds (up to 15 s) before the service is stopped: the last stall's
     /// reports are written after it ends, and how long after depends on the machine's load.
-    static func run(_ mode: String, paths: [String], waitForExit: Bool = false,
+    static func run(_ mode: String, paths: [String], waitForExit: Bool = false, environment: [String: String] = [:],
                     traffic: (@Sendable (Int) -> Void)? = nil,
                     until: ((Outcome) -> Bool)? = nil) throws -> Outcome {
-        let (root, child) = try launch(mode)
+        let (root, child) = try launch(mode, environment: environment)
         defer { child.kill() }
         var outcome = Outcome()
         if waitForExit {
@@ -79,17 +84,18 @@ struct HummingbirdServiceTests {
                     usleep(300_000)  // the last stall's report is written after it ends
                 }
                 outcome.measured = get("/measurements", port: port) ?? ""
+                outcome.spans = get("/spans", port: port) ?? ""
             }
         }
         collect(root, into: &outcome)
         return outcome
     }
 
-    /// Starts the service in `mode` in a new scratch directory.
-    static func launch(_ mode: String) throws -> (root: String, child: ChildProcess) {
+    /// Starts the service in `mode` in a new scratch directory, with `environment` added to this process's.
+    static func launch(_ mode: String, environment: [String: String] = [:]) throws -> (root: String, child: ChildProcess) {
         let root = makeTemporaryDirectory("hummingbird-\(mode)")
         let child = try ChildProcess(executable, [root + "/reports", root + "/port", mode],
-                                     environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
+                                     environment: StallmonExecutable.environment(environment), stdoutPath: root + "/out",
                                      stderrPath: root + "/err")
         return (root, child)
     }
@@ -110,6 +116,7 @@ struct HummingbirdServiceTests {
     static func collect(_ root: String, into outcome: inout Outcome) {
         outcome.errors = (try? String(contentsOfFile: root + "/err", encoding: .utf8)) ?? ""
         let directory = root + "/reports"
+        outcome.reportDirectory = directory
         outcome.reports = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
             .filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
             .compactMap { try? ReportReader.read(directory + "/" + $0) }
@@ -158,6 +165,43 @@ struct HummingbirdServiceTests {
                 Self.expectAwaitChain(report)
             }
         }
+    }
+
+    @Test("traced (TracingMiddleware before StallLabelMiddleware): the report and its OTLP log record carry the request's trace, as the tracer exported it")
+    func tracedRequestsCarryTheirTrace() async throws {
+        guard Self.service() != nil else { return }
+        let route = "GET /accounts/{id}/statement"
+        let outcome = try await offThePool {
+            try Self.run("monitor", paths: ["/accounts/7/statement", "/fast"],
+                         environment: ["STALL_SERVICE_TRACING": "1"],
+                         until: { $0.reports.contains { $0.label == route && !$0.ongoing } })
+        }
+        #expect(outcome.started, "\(outcome.errors)")
+        let report = try #require(outcome.reports.first { $0.label == route && !$0.ongoing },
+                                  "\(outcome.reports.map { ($0.label, $0.ongoing) })")
+        let traceId = try #require(report.traceId, "the report carries the request's trace")
+        // `span NAME TRACE_ID SPAN_ID`: the request's server span, as the tracer finished ("exported") it.
+        let spans = outcome.spans.split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+        let span = spans.first { $0.count == 4 && $0[2] == traceId }
+        #expect(span != nil, "a trace the tracer exported: \(traceId) among \(spans)")
+        #expect(span?[3] == report.spanId, "the request's span, current when the label's scope began")
+        #expect(spans.count >= 2 && Set(spans.map { $0.count == 4 ? $0[2] : "" }).count == spans.count,
+                "each request a trace of its own: \(spans)")
+
+        // The same report uploaded as OTLP by `stallmon upload`, decoded by the official opentelemetry-proto.
+        let receiver = try Receiver()
+        let spool = makeTemporaryDirectory("hummingbird-traced-spool")
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: outcome.reportDirectory)
+            .first { $0.hasPrefix("stall-") && (try? ReportReader.read(outcome.reportDirectory + "/" + $0))?.id == report.id })
+        try FileManager.default.copyItem(atPath: outcome.reportDirectory + "/" + name, toPath: spool + "/" + name)
+        try Spool(reportDirectory: spool).enqueue(reportPath: spool + "/" + name)
+        let status = ChildProcess.run(try StallmonExecutable.url().path,
+                                      ["upload", spool, "--endpoint", receiver.baseURL, "--once", "--deadline", "20"],
+                                      environment: StallmonExecutable.environment())
+        #expect(status == 0)
+        let record = try #require(receiver.requests.first?.records?.first, "\(receiver.requests)")
+        #expect(record["@trace_id"] == .string(traceId), "the log record's trace_id")
+        #expect(record["@span_id"] == report.spanId.map(AnyJSON.string))
     }
 
     /// The statement route awaits through two layers of the service before it blocks: its stack continues past the
