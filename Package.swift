@@ -155,6 +155,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Instrumentation", package: "swift-distributed-tracing"),
             ]
         ),
         // A child process of ConcurrencyStallMonitorTests: plain Swift Concurrency that stalls the global executor.

@@ -941,6 +941,10 @@ bool cstallmon_worker_job(int index, uint64_t sequence, uintptr_t *job, uint32_t
     return atomic_load_explicit(&probe->sequence, memory_order_relaxed) == sequence;
 }
 
+uint64_t cstallmon_job_task_id(uintptr_t job) {
+    return swift_task_getJobTaskId((swift_job *)job);
+}
+
 bool cstallmon_worker_still_runs(int index, uint64_t sequence) {
     atomic_thread_fence(memory_order_acquire);
     return atomic_load_explicit(&g_state.probes[index].sequence, memory_order_relaxed) == sequence;

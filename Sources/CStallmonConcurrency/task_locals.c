@@ -20,7 +20,10 @@
 #define ITEM_KEY 1
 #define ITEM_VALUE_TYPE 2
 #define ITEM_VALUE 3               // a UInt64-sized value: right after the three words (sizeof(Item) is 24)
-#define ITEM_LINK_BITS ((uintptr_t)7)  // the link's kind: 2 bits in TaskLocal.h, 3 on Swift 6.3
+// The link's kind: 2 bits in TaskLocal.h; a child task's link to its parent's items carries bit 2 on Swift 6.3 (seen
+// by the check's child task). Items are allocated 16-byte aligned, so masking 3 bits loses nothing.
+#define ITEM_LINK_BITS ((uintptr_t)7)
+#define JOB_ID 0x24                // Job::Id, after the heap header, the scheduler's two words and the flags
 #define HEAD_SEARCH_BYTES 512      // of the task: the head lies in its private storage, well within this
 #define MAX_ITEMS_WALKED 64        // bindings of all keys, the parents' included
 
@@ -31,8 +34,9 @@ static _Atomic uintptr_t g_value_type;  // the value's type metadata, as the che
 static _Atomic int g_task_local_layout;
 
 // The innermost binding of `key` in the list starting at `item`: 1 and its value, 0 when none, -1 when unreadable.
-// Only an item of the binding's own value type counts: a task group's child begins with an item under the same key
-// that holds something else (Swift 6.3), and the binding it inherits follows.
+// Only an item of the binding's own value type counts: a task group's child began with an item under the same key
+// whose type word is not that type (seen on Swift 6.3 by the check's group child), and the binding it inherits
+// follows. Async-signal-safe (process_vm_readv only).
 static int find_value(uintptr_t item, uintptr_t key, uintptr_t value_type, uint64_t *value) {
     for (int hop = 0; hop < MAX_ITEMS_WALKED && item != 0; hop++) {
         uintptr_t words[4];
@@ -46,6 +50,7 @@ static int find_value(uintptr_t item, uintptr_t key, uintptr_t value_type, uint6
     return item == 0 ? 0 : -1;
 }
 
+// Async-signal-safe, as find_value.
 static int read_task_local(uintptr_t task, uint64_t *value) {
     intptr_t head_offset = atomic_load_explicit(&g_head_offset, memory_order_relaxed);
     uintptr_t head = 0;
@@ -58,7 +63,8 @@ int cstallmon_task_locals_find_head(uintptr_t task, uintptr_t key, uint64_t expe
     uintptr_t words[HEAD_SEARCH_BYTES / sizeof(uintptr_t)];
     if (task == 0 || key == 0 || !read_own(task, words, sizeof words)) return -1;
     for (size_t index = 0; index < sizeof words / sizeof words[0]; index++) {
-        uintptr_t item = words[index] & ~ITEM_LINK_BITS;
+        // The head is a plain pointer to an item (no link bits).
+        uintptr_t item = words[index];
         if (item == 0 || (item & 7) != 0) continue;
         uintptr_t fields[4];
         // The task has this one binding: the head is an item of `key`, holding `expected`.
@@ -72,7 +78,16 @@ int cstallmon_task_locals_find_head(uintptr_t task, uintptr_t key, uint64_t expe
     return -1;
 }
 
+// Whether `task`'s memory still is the task of that id: a task is freed in its own last job, before the probe
+// records the job's end, and its address may be reused at once. Async-signal-safe (process_vm_readv only).
+static bool task_has_id(uintptr_t task, uint64_t task_id) {
+    uint32_t id = 0;
+    return read_own(task + JOB_ID, &id, sizeof id) && id == (uint32_t)task_id;
+}
+
 int cstallmon_task_locals_confirm(uintptr_t task, uint64_t expected) {
+    // The id check of `cstallmon_worker_label` is confirmed with every task of the check.
+    if (!task_has_id(task, cstallmon_job_task_id(task))) return -1;
     uint64_t value = 0;
     int found = read_task_local(task, &value);
     if (expected == 0) return found == 0 ? 1 : -1;
@@ -92,13 +107,15 @@ int cstallmon_task_local_value(uintptr_t task, uint64_t *value) {
     return read_task_local(task, value);
 }
 
-int cstallmon_worker_label(int index, uint64_t sequence, cstallmon_label_entry *out) {
+int cstallmon_worker_label(int index, uint64_t sequence, uint64_t task_id, cstallmon_label_entry *out) {
     uintptr_t job;
     uint32_t attributes;
     if (!cstallmon_worker_job(index, sequence, &job, &attributes)) return -1;
     if ((attributes & 0xFF) != 0) return -1;  // not a task: an actor's drain job has no task of its own
     uint64_t id = 0;
     if (cstallmon_task_local_value(job, &id) != 1 || !cstallmon_label_lookup(id, out)) return -1;
-    // Still the same job after the reads: the task was alive throughout, so the id was its own.
+    // After the reads, the address still holds the task the probe names (not a new task of another request that
+    // took a freed task's place), and the job still runs: the id read was that task's.
+    if (!task_has_id(job, task_id)) return -1;
     return cstallmon_worker_still_runs(index, sequence) ? 1 : -1;
 }

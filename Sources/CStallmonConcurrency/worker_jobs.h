@@ -18,6 +18,10 @@ bool cstallmon_worker_job(int index, uint64_t sequence, uintptr_t *job, uint32_t
 /// belonged to a job that ran throughout. Async-signal-safe (atomics only).
 bool cstallmon_worker_still_runs(int index, uint64_t sequence) __attribute__((visibility("hidden")));
 
+/// The id of the task `job` is (`swift_task_getJobTaskId`, a runtime call). For a job the caller knows to be alive;
+/// not for a signal handler.
+uint64_t cstallmon_job_task_id(uintptr_t job) __attribute__((visibility("hidden")));
+
 /// Whether `address` (a return address) lies in one of the executor's job runners, which call swift_job_run.
 /// Async-signal-safe.
 bool cstallmon_in_job_runner(uintptr_t address) __attribute__((visibility("hidden")));

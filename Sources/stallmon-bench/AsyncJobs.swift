@@ -2,6 +2,7 @@ import ArgumentParser
 import CStallmonConcurrency
 import CStallmonLoopShims
 import Foundation
+import Instrumentation
 import Stallmon
 
 /// 8. Swift Concurrency: what `ConcurrencyStallMonitor` costs per job (the global executor's hooks, queues and the
@@ -27,22 +28,65 @@ struct AsyncJobs {
         try hummingbird(results)
     }
 
-    /// Nanoseconds `StallLabel.withValue` adds per call, in a task (the table entry set and cleared, the task-local
-    /// bound), beside the same loop calling an empty async function.
-    static func labelCost(calls: Int) -> Double {
+    /// Nanoseconds `StallLabel.withValue` adds per call, in a task (the table entry taken and given back, the
+    /// task-local bound), beside the same loop calling an empty async function. `traced`: inside a `ServiceContext`
+    /// for which the installed instrument injects a `traceparent`, as a tracer does for a request's span.
+    static func labelCost(calls: Int, traced: Bool = false) -> Double {
         let result = Box<Double>(0)
         let done = DispatchSemaphore(value: 0)
         Task.detached {
             @inline(never) func body() async -> Int { 1 }
-            var sum = 0
-            let plainStart = nowNanoseconds()
-            for _ in 0..<calls { sum &+= await body() }
-            let plain = nowNanoseconds() - plainStart
-            let labelledStart = nowNanoseconds()
-            for _ in 0..<calls { sum &+= await StallLabel.withValue("GET /users/{id}") { await body() } }
-            let labelled = nowNanoseconds() - labelledStart
-            precondition(sum > 0)
-            result.value = (Double(labelled) - Double(plain)) / Double(calls)
+            func measure() async -> Double {
+                var sum = 0
+                let plainStart = nowNanoseconds()
+                for _ in 0..<calls { sum &+= await body() }
+                let plain = nowNanoseconds() - plainStart
+                let labelledStart = nowNanoseconds()
+                for _ in 0..<calls { sum &+= await StallLabel.withValue("GET /users/{id}") { await body() } }
+                let labelled = nowNanoseconds() - labelledStart
+                precondition(sum > 0)
+                return (Double(labelled) - Double(plain)) / Double(calls)
+            }
+            if traced {
+                BenchTraceparent.bootstrapOnce
+                var context = ServiceContext.topLevel
+                context[BenchTraceparent.Key.self] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+                result.value = await ServiceContext.withValue(context) { await measure() }
+            } else {
+                result.value = await measure()
+            }
+            done.signal()
+        }
+        done.wait()
+        return result.value
+    }
+
+    /// Nanoseconds the watchdog spends reading a stalled task's label: the task's task-local bindings walked (the
+    /// label's scope under a request's `ServiceContext` and two more bindings) and the table entry copied. Read here
+    /// by the task itself, with the same system calls.
+    static func labelReadCost(reads: Int) -> Double {
+        let result = Box<Double>(0)
+        let done = DispatchSemaphore(value: 0)
+        Task.detached {
+            var context = ServiceContext.topLevel
+            context[BenchTraceparent.Key.self] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            result.value = await ServiceContext.withValue(context) {
+                await StallLabel.withValue("GET /users/{id}") {
+                    await BenchTraceparent.$depth.withValue(1) {
+                        await BenchTraceparent.$depth.withValue(2) {
+                            let task = withUnsafeCurrentTask { $0.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
+                            var id: UInt64 = 0
+                            var entry = cstallmon_label_entry()
+                            let start = nowNanoseconds()
+                            for _ in 0..<reads {
+                                precondition(cstallmon_task_local_value(task, &id) == 1)
+                                precondition(cstallmon_label_lookup(id, &entry) == 1)
+                            }
+                            return Double(nowNanoseconds() - start) / Double(reads)
+                        }
+                    }
+                }
+            }
             done.signal()
         }
         done.wait()
@@ -192,6 +236,21 @@ struct AsyncJobs {
         results.add(Figure(section: "async", name: "StallLabel.withValue, per call (once per request)",
                            value: Stats.median(perLabel), unit: "ns",
                            note: "runs: " + perLabel.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
+        var perTracedLabel: [Double] = []
+        for _ in 0..<(quick ? 3 : 7) { perTracedLabel.append(Self.labelCost(calls: calls / 4, traced: true)) }
+        results.add(Figure(section: "async", name: "… in a traced request (the tracer's traceparent injected, its ids kept)",
+                           value: Stats.median(perTracedLabel), unit: "ns",
+                           note: "runs: " + perTracedLabel.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
+        // The watchdog's read of a stalled task's label: needs the task-local layout check, which a monitor runs.
+        if cstallmon_task_locals_layout() == 0 { StallLabel.checkLayout(logger: .init(label: "bench")) }
+        for _ in 0..<200 where cstallmon_task_locals_layout() == 0 { usleep(5_000) }
+        if cstallmon_task_locals_layout() == 1 {
+            var perRead: [Double] = []
+            for _ in 0..<(quick ? 3 : 7) { perRead.append(Self.labelReadCost(reads: quick ? 20_000 : 100_000)) }
+            results.add(Figure(section: "async", name: "the watchdog's read of a stalled task's label, per stall",
+                               value: Stats.median(perRead), unit: "ns",
+                               note: "runs: " + perRead.map { String(format: "%.0f", $0) }.joined(separator: ", ")))
+        }
 
         try workloadCost(results)
     }
@@ -600,5 +659,25 @@ struct AsyncChild: ParsableCommand {
             result[id] = elapsed
         }
         return result
+    }
+}
+
+/// The bench's tracer, for the label's figures: injects the `traceparent` a context carries, as a W3C propagator
+/// injects its span's. `depth` is a task-local of its own, bound around the label's scope like a service's others.
+enum BenchTraceparent {
+    enum Key: ServiceContextKey { typealias Value = String }
+
+    @TaskLocal static var depth = 0
+
+    static let bootstrapOnce: Void = InstrumentationSystem.bootstrap(Instrument())
+
+    struct Instrument: Instrumentation.Instrument {
+        func inject<Carrier, Inject: Injector>(_ context: ServiceContext, into carrier: inout Carrier,
+                                               using injector: Inject) where Inject.Carrier == Carrier {
+            if let traceparent = context[Key.self] { injector.inject(traceparent, forKey: "traceparent", into: &carrier) }
+        }
+
+        func extract<Carrier, Extract: Extractor>(_ carrier: Carrier, into context: inout ServiceContext,
+                                                  using extractor: Extract) where Extract.Carrier == Carrier {}
     }
 }

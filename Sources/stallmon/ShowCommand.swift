@@ -213,12 +213,12 @@ enum ReportText {
         return out
     }
 
-    /// What the holder of the lock ran (its hottest stack, the service's own frames marked) and was blocked in.
     /// `<trace id> span <span id>`, as a tracing UI's search takes the trace id; nil when not traced.
     private static func trace(_ traceId: String?, _ spanId: String?) -> String? {
         traceId.map { $0 + (spanId.map { " span \($0)" } ?? "") }
     }
 
+    /// What the holder of the lock ran (its hottest stack, the service's own frames marked) and was blocked in.
     private static func holderLines(_ wait: StallReport.WaitingOn, _ report: StallReport) -> String {
         var out = ""
         if let stack = wait.holderStack, !stack.frames.isEmpty {

@@ -494,10 +494,11 @@ case "chain-churn":
             for index in 0..<100 {
                 // One job in 25 spins past the threshold; the others are over in microseconds.
                 let microseconds: UInt64 = index % 25 == 0 ? UInt64(thresholdMs) * 1_500 : 50
+                // Each labelled with its kind: thousands of scopes opened and closed while their labels are read.
                 if (round + index) % 2 == 0 {
-                    group.addTask { await ChurnChains.alphaOuter(microseconds) }
+                    group.addTask { await StallLabel.withValue("alpha") { await ChurnChains.alphaOuter(microseconds) } }
                 } else {
-                    group.addTask { await ChurnChains.betaOuter(microseconds) }
+                    group.addTask { await StallLabel.withValue("beta") { await ChurnChains.betaOuter(microseconds) } }
                 }
             }
             for await _ in group {}

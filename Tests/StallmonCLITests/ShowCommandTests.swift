@@ -38,7 +38,7 @@ struct ShowCommandTests {
         }
     }
 
-    @Test("text: an async stall names its job, priority and executor, and who measured it")
+    @Test("text: an async stall names its job, priority and executor, who measured it, and a traced request's trace")
     func asyncJob() async throws {
         try await withTemporaryDirectory { directory in
             var report = Fixture.report(id: "5f1c2d3e-aaaa-bbbb-cccc-000000000003", durationMs: 250,
@@ -47,11 +47,21 @@ struct ShowCommandTests {
             report.job = .init(executor: "global", priority: "high", taskId: 42, kind: "task",
                                taskName: "checkout cart")
             let global = try Fixture.write(report, named: "global", in: directory)
+            report.label = "GET /cart"
+            report.traceId = "4bf92f3577b34da6a3ce929d0e0e4736"
+            report.spanId = "00f067aa0ba902b7"
+            let traced = try Fixture.write(report, named: "traced", in: directory)
+            report.traceId = nil
+            report.spanId = nil
             report.loop = "main-actor"
             report.job = .init(executor: "main", priority: "medium", taskId: nil, kind: "actor")
             let main = try Fixture.write(report, named: "main", in: directory)
             let result = try await CLI.run(["show", global, main])
             #expect(result.status == 0, "\(result)")
+            #expect(!result.stdout.contains("trace:"), "untraced: no trace line")
+            let tracedResult = try await CLI.run(["show", traced])
+            #expect(tracedResult.stdoutLines.contains("  trace:    4bf92f3577b34da6a3ce929d0e0e4736 span 00f067aa0ba902b7"),
+                    "\(tracedResult)")
             #expect(result.stdoutLines.contains("  job:      task 42 \"checkout cart\", priority high, on the global executor"),
                     "\(result)")
             #expect(result.stdoutLines.contains("  job:      actor, priority medium, on the main actor"), "\(result)")

@@ -237,8 +237,9 @@ typedef struct {
 
 /// Takes an entry for a scope: `text` (`length` bytes, cut at CSTALLMON_LABEL_MAX_BYTES) and, if both are not NULL,
 /// the span's 16-byte trace id and 8-byte span id. Returns the entry's id, never reused, for the scope's task-local
-/// and `cstallmon_label_close`; 0 when no slot was free (the label is dropped and counted). Lock-free (a fetch-add,
-/// a compare-and-swap and a seqlocked copy), no allocation. Async-signal-safe.
+/// and `cstallmon_label_close`; 0 when all 4,096 entries are taken (the label is dropped and counted). Lock-free (a
+/// fetch-add, a compare-and-swap on the first free slot from the one its sequence number gives, and a seqlocked
+/// copy), no allocation. Async-signal-safe.
 uint64_t cstallmon_label_open(const char *text, size_t length, const uint8_t *trace_id, const uint8_t *span_id);
 
 /// Gives back the entry `id` (nothing if it is not open). Async-signal-safe.
@@ -272,13 +273,14 @@ void cstallmon_task_locals_set_verdict(int passed);
 int cstallmon_task_locals_layout(void);
 
 /// The innermost binding of the checked key in `task`, which the caller knows to be alive: 1 and its value, 0 when
-/// none, -1 when unreadable or the check has not passed. NOT async-signal-safe (system calls).
+/// none, -1 when unreadable or the check has not passed. Async-signal-safe (process_vm_readv and atomics).
 int cstallmon_task_local_value(uintptr_t task, uint64_t *value);
 
-/// The label of the task that probe `index` runs as its job `sequence` (odd), if the job is a task whose scope (or
-/// an ancestor's) has an open entry: 1 and the entry; -1 otherwise (or when the job ended meanwhile). For the
-/// watchdog thread; NOT async-signal-safe (system calls).
-int cstallmon_worker_label(int index, uint64_t sequence, cstallmon_label_entry *out);
+/// The label of the task that probe `index` runs as its job `sequence` (odd) with task id `task_id` (the reading's),
+/// if the job is a task whose scope (or an ancestor's) has an open entry: 1 and the entry; -1 otherwise (or when the
+/// job ended, or the task's memory holds another task, after the reads). For the watchdog thread; async-signal-safe
+/// (process_vm_readv and atomics), though only the watchdog calls it.
+int cstallmon_worker_label(int index, uint64_t sequence, uint64_t task_id, cstallmon_label_entry *out);
 
 /// How many workers ran jobs unwatched because every probe was taken. Async-signal-safe.
 uint64_t cstallmon_concurrency_unwatched_workers(void);

@@ -17,10 +17,10 @@ import Synchronization
 ///
 /// The scope takes an entry of a preallocated table (the label, and the span's ids from the installed tracer's W3C
 /// `traceparent`) and binds the entry's id as a task-local, which every task started inside inherits. The watchdog
-/// reads that id from the stalled task's task-local bindings when one of its jobs stalls. Not labelled: an actor's
-/// method (it runs in the actor's drain job, not in the calling task's), a task that outlives the scope (an
-/// unstructured task still running after the request), and a scope whose entry did not fit the table (counted,
-/// never blocking).
+/// reads that id from the stalled task's task-local bindings when one of its jobs stalls. Not labelled: code that
+/// runs in an actor's drain job rather than in the task's own job (an actor's method the call had to wait for, a
+/// `Task {}` started from an actor's code, which runs on the actor), a task still running after the scope ended, and
+/// a scope whose entry did not fit the table (counted, never blocking).
 public enum StallLabel {
     /// The longest label kept, in UTF-8 bytes; a longer one is cut at a character boundary.
     public static let maxBytes = Int(CSTALLMON_LABEL_MAX_BYTES)
@@ -44,6 +44,7 @@ public enum StallLabel {
     struct Scope: Sendable {
         /// The label table's entry (0: none, the table was full).
         var entry: UInt64
+        /// The label, for `current`.
         var label: String?
     }
 
@@ -90,9 +91,10 @@ public enum StallLabel {
     /// and the C side finds the word that leads to them, then confirms it with a nested binding, a child task, a task
     /// group's child and an unstructured task. Labels are read only if all of that held; otherwise a notice, and no
     /// async report has a label.
-    static func checkLayout(logger: Logger) {
+    package static func checkLayout(logger: Logger) {
         guard !layoutChecked.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        Task.detached(priority: .background) {
+        // High priority: a stall's label is read when the stall begins, and one before the check passed has none.
+        Task.detached(priority: .high) {
             let passed = await LayoutCheck.run()
             cstallmon_task_locals_set_verdict(passed ? 1 : 0)
             if !passed {

@@ -50,7 +50,7 @@ struct WorkerReading {
     /// or an ancestor's set one and the worker still runs it.
     var label: TaskLabel? {
         var entry = cstallmon_label_entry()
-        guard cstallmon_worker_label(index, raw.sequence, &entry) == 1 else { return nil }
+        guard raw.kind == 0, cstallmon_worker_label(index, raw.sequence, raw.task_id, &entry) == 1 else { return nil }
         return TaskLabel(entry)
     }
 

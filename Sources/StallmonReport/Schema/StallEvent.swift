@@ -12,9 +12,10 @@ public struct StallEvent: Codable, Sendable, Equatable {
     public var elapsedMs: Double?
     public var durationMs: Double?
     public var label: String?
-    /// Swift Concurrency stalls and starvations: the W3C trace and span ids of the task's traced `StallLabel` scope,
-    /// as the report's.
+    /// Swift Concurrency stalls and starvations: the W3C trace id of the task's traced `StallLabel` scope, as the
+    /// report's.
     public var traceId: String?
+    /// The W3C span id of that scope, as the report's.
     public var spanId: String?
     public var topFrame: String?
     public var samples: Int?

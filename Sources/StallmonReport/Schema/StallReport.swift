@@ -101,8 +101,9 @@ public struct StallReport: Codable, Sendable, Equatable {
             public var busyMs: Double?
             /// What it runs: a `Looper` label, or the task's `StallLabel`.
             public var label: String?
-            /// For a worker: the W3C trace and span ids of its task's traced `StallLabel` scope.
+            /// For a worker: the W3C trace id of its task's traced `StallLabel` scope.
             public var traceId: String?
+            /// For a worker: the W3C span id of that scope.
             public var spanId: String?
             /// For a worker: its job.
             public var job: Job?
@@ -200,8 +201,9 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var job: Job?
         /// The label of the job's task (`StallLabel`), when it had one.
         public var label: String?
-        /// The W3C trace and span ids of the job's task's traced `StallLabel` scope.
+        /// The W3C trace id of the job's task's traced `StallLabel` scope (its own request's).
         public var traceId: String?
+        /// The W3C span id of that scope.
         public var spanId: String?
         /// How long the job had held the worker when the starvation ended (or when its job ended, if sooner).
         public var busyMs: Double

@@ -142,5 +142,34 @@ struct AwaitChainTests {
             }
         }
         #expect(checked >= 20, "samples of jobs with a chain checked: \(checked)")
+
+        // Labels read while thousands of labelled tasks begin and end: never the other kind's. A stall's label is read
+        // at its begin and its samples are of the same job; a snapshot's worker is read, then sampled, so only a job
+        // well inside its 30 ms (busy 2 to 20 ms) is surely the same job in both.
+        var labelled = 0
+        for report in run.reports where !report.label.isEmpty {
+            let stack = (report.hottestStack?.frames ?? []).compactMap {
+                report.frames.indices.contains($0) ? report.frames[$0].symbol : nil
+            }.filter { $0.contains("ChurnChains.") }
+            guard !stack.isEmpty else { continue }
+            labelled += 1
+            #expect(stack.allSatisfy { $0.contains("ChurnChains.\(report.label)") },
+                    "a stall labelled \(report.label) runs \(stack)")
+        }
+        for snapshot in snapshots {
+            for entry in snapshot.snapshot?.entries ?? [] where entry.kind == "worker" {
+                guard let label = entry.label, let busy = entry.busyMs, busy >= 2, busy <= 20,
+                      let index = entry.sample, snapshot.samples.indices.contains(index),
+                      snapshot.samples[index].status == .ok else { continue }
+                let symbols = snapshot.samples[index].frames.compactMap {
+                    snapshot.frames.indices.contains($0) ? snapshot.frames[$0].symbol : nil
+                }
+                guard symbols.contains(where: { $0.contains("ChurnChains.") }) else { continue }
+                labelled += 1
+                #expect(symbols.contains { $0.contains("ChurnChains.\(label)") },
+                        "a worker labelled \(label) runs \(symbols.filter { $0.contains("ChurnChains") })")
+            }
+        }
+        #expect(labelled >= 10, "labelled stalls and workers checked: \(labelled)")
     }
 }

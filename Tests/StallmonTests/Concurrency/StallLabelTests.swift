@@ -47,11 +47,18 @@ struct StallLabelTests {
             #expect(await child == "POST /orders")
             #expect(unstructured == "POST /orders")
             #expect(grouped == "POST /orders")
-            // A task that outlives the scope: its inherited id finds no entry once the scope ended.
-            return Task {
+            // A task that outlives the scope: labelled while the scope lasts, its inherited id finding no entry after.
+            let started = AsyncStream.makeStream(of: String?.self)
+            let late = Task {
+                started.continuation.yield(Self.label)
                 for await _ in outlived { break }
                 return Self.label
             }
+            for await during in started.stream {
+                #expect(during == "POST /orders")
+                break
+            }
+            return late
         }
         release.yield()
         #expect(await late.value == nil, "an id that outlived its scope finds nothing, not another request's label")
