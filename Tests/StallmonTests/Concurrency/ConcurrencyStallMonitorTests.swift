@@ -357,11 +357,16 @@ struct ConcurrencyStallMonitorTests {
         #expect(!dynamic.contains("libswift_Concurrency"), "the Swift runtime is linked in, not a shared library")
         let run = try await Self.run("stalls", executable: executable)
         #expect(run.status == 0, "\(run.output) \(run.errors)")
-        #expect(run.reports.count == 3, "\(run.reports.map(\.topFrame))")
+        #expect(run.reports.count == 4, "\(run.reports.map(\.topFrame))")
         _ = Self.check(run, job: "cpu", topFrame: "AsyncStalls.spinCPU", loop: "swift-global-executor",
                        executor: "global", stallClass: .cpu)
         _ = Self.check(run, job: "sleep", topFrame: "AsyncStalls.blockingSleep", loop: "swift-global-executor",
                        executor: "global", stallClass: .blocked)
+        // The task-local layout is the linked-in runtime's: labels reach a child and an unstructured task here too.
+        #expect(run.value("labels") == "1", "the task-local layout check passed")
+        let export = Self.check(run, job: "export", topFrame: "AsyncStalls.readExportArchive",
+                                loop: "swift-global-executor", executor: "global", stallClass: .blocked)
+        #expect(export?.label == "POST /export")
     }
 
     /// A stall inside Foundation's JSONEncoder, called from the fixture's own function. With `--static-swift-stdlib`
