@@ -76,10 +76,8 @@ public enum StallLabel {
             }
             return bytes.withMemoryRebound(to: CChar.self) { text in
                 guard let trace else { return cstallmon_label_open(text.baseAddress, length, nil, nil) }
-                return trace.traceID.withUnsafeBufferPointer { traceID in
-                    trace.spanID.withUnsafeBufferPointer { spanID in
-                        cstallmon_label_open(text.baseAddress, length, traceID.baseAddress, spanID.baseAddress)
-                    }
+                return trace.withBytes { traceID, spanID in
+                    cstallmon_label_open(text.baseAddress, length, traceID, spanID)
                 }
             }
         }

@@ -109,6 +109,8 @@ struct StallLabelTests {
     @Test("traceparent: W3C's form only", arguments: [
         ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01", true),
         ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-extra", true),  // a later version may add fields
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x", false),
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7", false),
         ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", false),
         ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", false),
         ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", false),
@@ -120,8 +122,8 @@ struct StallLabelTests {
         let parsed = TraceIdentifiers(traceparent: text)
         #expect((parsed != nil) == valid)
         if let parsed {
-            #expect(TraceIdentifiers.hex(parsed.traceID) == "4bf92f3577b34da6a3ce929d0e0e4736")
-            #expect(TraceIdentifiers.hex(parsed.spanID) == "00f067aa0ba902b7")
+            #expect(parsed.traceIDHex == "4bf92f3577b34da6a3ce929d0e0e4736")
+            #expect(parsed.spanIDHex == "00f067aa0ba902b7")
         }
     }
 }
