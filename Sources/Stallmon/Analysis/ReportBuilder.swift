@@ -139,6 +139,7 @@ struct ReportBuilder {
     /// The handler ran after the iteration had ended by the loop's own clock (same CLOCK_MONOTONIC): the loop was
     /// already back in its wait when the signal arrived.
     static func capturedAfterEnd(_ sample: RawSample, _ snapshot: StallSnapshot) -> Bool {
+        if sample.afterJobEnded { return true }
         guard snapshot.durationExact, !snapshot.ongoing else { return false }
         let end = snapshot.since &+ snapshot.durationNanoseconds &+ snapshot.frozenNanoseconds
         return sample.capturedAt > end

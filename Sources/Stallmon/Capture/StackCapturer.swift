@@ -39,6 +39,9 @@ struct RawSample: Sendable {
     /// For a job of a task: the async functions that awaited the one on the stack, read right after the capture
     /// while the job still ran.
     var awaitChain: AwaitChain? = nil
+    /// For a pool worker: its job was over when the capture returned, so the stack may be the next job's (or an
+    /// idle worker's): no evidence of this job, as a loop's sample taken after the iteration's end.
+    var afterJobEnded = false
 
     /// A sample that has no stack because of `status` (no slot, the thread could not be signalled), taken now.
     static func failed(_ status: CaptureStatus, labelID: UInt32) -> RawSample {

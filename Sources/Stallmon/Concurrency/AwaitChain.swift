@@ -84,6 +84,14 @@ extension StackCapturer {
         guard let reading else { return capture(labelID: labelID) }
         var (sample, jobFrame) = capture(labelID: labelID, framePointers: framePointerBuffer)
         if sample.status == .ok, let jobFrame { sample.awaitChain = AwaitChain.of(reading, jobFrame: jobFrame) }
+        // The job may have ended between the watchdog's reading and the signal (a starvation's culprit a moment
+        // from its end; two long jobs back to back, which keep no exact end of the first): a stack taken then is
+        // the next job's. Checked after the capture, so a sample of a job that ended just after it is left out
+        // too: at most one sample at a job's end lost, never another job's stack kept.
+        if sample.status == .ok, WorkerReading.read(index: reading.index).map({ $0.isSameJob(as: reading) }) != true {
+            sample.afterJobEnded = true
+            sample.awaitChain = nil
+        }
         return sample
     }
 }

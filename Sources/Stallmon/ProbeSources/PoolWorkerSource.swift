@@ -126,7 +126,9 @@ final class PoolWorkerSource: ProbeSource {
             part.taskLabel = reading.label
             if cstallmon_worker_pin(reading.index, reading.generation) == 1 {
                 var capturer = lender.borrow(for: reading.tid)
-                part.sample = capturer?.capture(labelID: 0, jobOf: reading)
+                // A stack taken once the job was over is another job's: the entry then has none.
+                let sample = capturer?.capture(labelID: 0, jobOf: reading)
+                part.sample = sample?.afterJobEnded == true ? nil : sample
                 lender.giveBack(&capturer)
                 cstallmon_worker_unpin(reading.index)
             }

@@ -236,6 +236,9 @@ final class StarvationWatch {
             defer { cstallmon_worker_unpin(worker.index) }
             var capturer = lender.borrow(for: worker.tid)
             result = capturer?.capture(labelID: 0, jobOf: worker) ?? .failed(.notReady, labelID: 0)
+            // A culprit is its worker over the whole saturation: the jobs that followed its first are what a busy
+            // pool's workers ran, evidence for the verdict (its `job` and `label` stay the first job's).
+            result.afterJobEnded = false
             lender.giveBack(&capturer)
         } else {
             result = .failed(.signalFailed, labelID: 0)

@@ -144,17 +144,28 @@ struct AwaitChainTests {
         #expect(checked >= 20, "samples of jobs with a chain checked: \(checked)")
 
         // Labels read while thousands of labelled tasks begin and end: never the other kind's. A stall's label is read
-        // at its begin and its samples are of the same job; a snapshot's worker is read, then sampled, so only a job
-        // well inside its 30 ms (busy 2 to 20 ms) is surely the same job in both.
+        // at its begin and its samples are of the same job; a starvation's culprit that held its worker throughout has
+        // its own label and stack (the report's are the first culprit's label and every culprit's samples; one that
+        // did not is sampled over the saturation, the jobs after its first included); a snapshot's worker is
+        // read, then sampled, so only a job well inside its 30 ms (busy 2 to 20 ms) is surely the same job in both.
         var labelled = 0
-        for report in run.reports where !report.label.isEmpty {
-            let stack = (report.hottestStack?.frames ?? []).compactMap {
-                report.frames.indices.contains($0) ? report.frames[$0].symbol : nil
-            }.filter { $0.contains("ChurnChains.") }
-            guard !stack.isEmpty else { continue }
+        func churnFrames(_ stack: HottestStack?, in report: StallReport) -> [String] {
+            (stack?.frames ?? []).compactMap { report.frames.indices.contains($0) ? report.frames[$0].symbol : nil }
+                .filter { $0.contains("ChurnChains.") }
+        }
+        var labelledStacks: [(label: String, stack: [String])] = []
+        for report in run.reports {
+            if let culprits = report.starvation?.culprits {
+                labelledStacks += culprits.filter(\.heldThroughout).compactMap { culprit in
+                    culprit.label.map { ($0, churnFrames(culprit.hottestStack, in: report)) }
+                }
+            } else if !report.label.isEmpty {
+                labelledStacks.append((report.label, churnFrames(report.hottestStack, in: report)))
+            }
+        }
+        for (label, stack) in labelledStacks where !stack.isEmpty {
             labelled += 1
-            #expect(stack.allSatisfy { $0.contains("ChurnChains.\(report.label)") },
-                    "a stall labelled \(report.label) runs \(stack)")
+            #expect(stack.allSatisfy { $0.contains("ChurnChains.\(label)") }, "a job labelled \(label) runs \(stack)")
         }
         for snapshot in snapshots {
             for entry in snapshot.snapshot?.entries ?? [] where entry.kind == "worker" {
