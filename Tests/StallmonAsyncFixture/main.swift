@@ -448,7 +448,8 @@ case "await-chains":
     // stallmon follows.
     let monitor = makeMonitor()
     monitor.start()
-    try? await Task.sleep(for: .milliseconds(100))  // the layout check runs at start, in a task of its own
+    // The layout check runs at start, in a task of its own (at background priority: a loaded machine delays it).
+    for _ in 0..<400 where cstallmon_concurrency_await_chain_layout() == 0 { try? await Task.sleep(for: .milliseconds(5)) }
     say("layout \(cstallmon_concurrency_await_chain_layout())")
     _ = await Task.detached { await AwaitChains.handleRequest(.cpu) }.value
     try? await Task.sleep(for: .milliseconds(50))

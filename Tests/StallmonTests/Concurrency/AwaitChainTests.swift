@@ -144,9 +144,9 @@ struct AwaitChainTests {
         #expect(checked >= 20, "samples of jobs with a chain checked: \(checked)")
 
         // Labels read while thousands of labelled tasks begin and end: never the other kind's. A stall's label is read
-        // at its begin and its samples are of the same job; a starvation's culprit that held its worker throughout has
-        // its own label and stack (the report's are the first culprit's label and every culprit's samples; one that
-        // did not is sampled over the saturation, the jobs after its first included); a snapshot's worker is
+        // at its begin and its samples are of the same job. (A starvation's culprits are not compared: a culprit's
+        // label is its job's at the detection, and its worker is sampled over the whole saturation, the jobs that
+        // followed included, as the schema says.) A snapshot's worker is
         // read, then sampled, so only a job well inside its 30 ms (busy 2 to 20 ms) is surely the same job in both.
         var labelled = 0
         func churnFrames(_ stack: HottestStack?, in report: StallReport) -> [String] {
@@ -155,11 +155,7 @@ struct AwaitChainTests {
         }
         var labelledStacks: [(label: String, stack: [String])] = []
         for report in run.reports {
-            if let culprits = report.starvation?.culprits {
-                labelledStacks += culprits.filter(\.heldThroughout).compactMap { culprit in
-                    culprit.label.map { ($0, churnFrames(culprit.hottestStack, in: report)) }
-                }
-            } else if !report.label.isEmpty {
+            if report.kind == nil && !report.label.isEmpty {
                 labelledStacks.append((report.label, churnFrames(report.hottestStack, in: report)))
             }
         }
