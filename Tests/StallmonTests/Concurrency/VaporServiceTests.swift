@@ -30,13 +30,7 @@ struct VaporServiceTests {
                                      environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
                                      stderrPath: root + "/err")
         defer { child.kill() }
-        var port: Int?
-        let deadline = Date().addingTimeInterval(20)
-        while port == nil && Date() < deadline && !child.poll() {
-            port = (try? String(contentsOfFile: root + "/port", encoding: .utf8))
-                .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-            usleep(20_000)
-        }
+        let port = HummingbirdServiceTests.port(of: child, root: root)
         let errors = { (try? String(contentsOfFile: root + "/err", encoding: .utf8)) ?? "" }
         guard let port else {
             Issue.record("the service did not start: \(errors())")
