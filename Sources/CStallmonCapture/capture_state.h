@@ -57,6 +57,10 @@ typedef struct {
     uint32_t has_frame_pointers;    // written by the handler before DONE: `frame_pointers` matches `frames`
     uint32_t job_frame;             // with frame pointers: the async job's first frame (UINT32_MAX: none found)
     uintptr_t job_context;          // the async context below that frame's frame pointer, read by the handler
+    uintptr_t word_address;         // written by the watchdog before arming: a word to record (0: none)
+    uintptr_t pointed_offset;       // written by the watchdog before arming: where, from that word, to read 8 more
+    uintptr_t recorded_word;        // written by the handler before DONE: that word, or 0
+    uint64_t pointed_word;          // written by the handler before DONE: the 8 bytes it points to (+ offset), or 0
     uintptr_t stack_low;        // the thread's stack bounds, recorded at warm-up (0: unknown)
     uintptr_t stack_high;
     int32_t in_loader;          // the handler found the thread inside the dynamic loader
@@ -93,10 +97,10 @@ typedef struct {
     int unwinder_uses_table;
     // Benchmarks and the fault suite only: unwind through the loader as before the table (the old guard applies).
     _Atomic int through_loader;
-    // Where an async job's first frame is (cstallmon_set_async_job_frames): the executor's job runners' code, and how
-    // many of the runtime's frames lie between a runner's frame and the job's first. runner_end 0: not set.
+    // Where an async job's first frame is (cstallmon_set_async_job_frames): the executor's job runners' code, and the
+    // return address of the runtime's call into a task's partial function. runner_end 0: not set.
     _Atomic uintptr_t runner_start, runner_end;
-    _Atomic int runtime_frames;
+    _Atomic uintptr_t resume_call;
     // The capture slots, in blocks: blocks[0] is first_block; a block is published (release) once filled with
     // zeros and never unpublished or freed, so the handler can walk the published ones at any time.
     capture_slot *_Atomic blocks[CSTALLMON_MAX_SLOT_BLOCKS];

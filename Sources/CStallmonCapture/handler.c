@@ -137,24 +137,34 @@ static int fast_trace_into(capture_slot *slot, void *ucontext) {
 }
 
 // Async-signal-safe (atomic loads, one process_vm_readv of the thread's own stack, which fails instead of faulting).
-// For an async job's await chain: the job's first frame (the async function the executor resumed) is the one
-// `runtime_frames` + 1 frames inside the innermost job runner's frame, and its async context is the word below its
-// frame pointer. Read here, while the thread is held in the handler: once it runs on, that function may return
-// within the same job and another take its frame (the watchdog then finds a different context there).
+// For an async job's await chain: the job's first frame (the async function the runtime resumed) is the outermost
+// frame inside the outermost job runner that the runtime called with the resume call's return address (in a task's
+// job, right under the runner's runtime frames; in an actor's drain job, under the drain's), and its async context
+// is the word below its frame pointer. Read here, while the thread is held in the handler: once it runs on, that
+// function may return within the same job and another take its frame (the watchdog then finds a different context
+// there).
 static void record_job_context(capture_slot *slot) {
     slot->job_frame = UINT32_MAX;
     slot->job_context = 0;
-    // `end` first: it is published last (release), so once it is seen, `start` and the count are too.
+    // `end` first: it is published last (release), so once it is seen, `start` and the call are too.
     const uintptr_t end = atomic_load_explicit(&g_state.runner_end, memory_order_acquire);
     const uintptr_t start = atomic_load_explicit(&g_state.runner_start, memory_order_relaxed);
-    const int runtime_frames = atomic_load_explicit(&g_state.runtime_frames, memory_order_relaxed);
-    if (end == 0 || runtime_frames < 0) return;
+    const uintptr_t resume_call = atomic_load_explicit(&g_state.resume_call, memory_order_relaxed);
+    if (end == 0 || resume_call == 0) return;
     // The outermost runner: a job run inside another job of the same thread is not the one the worker's probe
     // shows (the outer job is).
-    for (uint32_t runner = slot->frame_count; runner-- > 1;) {
-        if (slot->frames[runner] < start || slot->frames[runner] >= end) continue;
-        if (runner < (uint32_t)runtime_frames + 1) return;
-        const uint32_t first = runner - 1 - (uint32_t)runtime_frames;
+    uint32_t runner = 0;
+    for (uint32_t index = slot->frame_count; index-- > 1;) {
+        if (slot->frames[index] >= start && slot->frames[index] < end) {
+            runner = index;
+            break;
+        }
+    }
+    if (runner == 0) return;
+    // frames[k] is the return address into frame k, so the frame the runtime called there is k - 1.
+    for (uint32_t call = runner; call-- > 1;) {
+        if (slot->frames[call] != resume_call) continue;
+        const uint32_t first = call - 1;
         const uintptr_t frame_pointer = slot->frame_pointers[first];
         if (frame_pointer < 8 || (frame_pointer & 7) != 0) return;
         uintptr_t context = 0;
@@ -165,6 +175,29 @@ static void record_job_context(capture_slot *slot) {
         slot->job_context = context;
         return;
     }
+}
+
+// Async-signal-safe (one system call). Copies 8 bytes at `address` of this process with process_vm_readv, which
+// fails instead of faulting: 0 when unreadable.
+static uint64_t read_word(uintptr_t address) {
+    uint64_t word = 0;
+    struct iovec local = {.iov_base = &word, .iov_len = sizeof word};
+    struct iovec remote = {.iov_base = (void *)address, .iov_len = sizeof word};
+    if (address == 0 || syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) != (long)sizeof word) {
+        return 0;
+    }
+    return word;
+}
+
+// Async-signal-safe (two process_vm_readv). The word the watchdog asked for and the one it points to (a drain job's
+// active task, and that task's id), read while the thread is held here: of the same moment as the stack. The task
+// cannot be freed meanwhile: a running task is released only by its own thread, after it cleared that word.
+static void record_word(capture_slot *slot) {
+    slot->recorded_word = 0;
+    slot->pointed_word = 0;
+    if (slot->word_address == 0) return;
+    slot->recorded_word = (uintptr_t)read_word(slot->word_address);
+    if (slot->recorded_word != 0) slot->pointed_word = read_word(slot->recorded_word + slot->pointed_offset);
 }
 
 // Async-signal-safe: only atomics, clock_gettime, syscall(gettid/futex/process_vm_readv), getpid and libunwind's
@@ -178,6 +211,7 @@ static void unwind_into(capture_slot *slot, void *ucontext) {
     slot->truncated = 0;
     slot->unwind_error = 0;
     slot->has_frame_pointers = 0;
+    record_word(slot);
     // The fast trace creates its per-thread cache on a thread's first use (mmap, pthread_setspecific): only on a
     // thread that ran warm-up at a known point, never on one borrowed for a moment (a lock's holder). It returns
     // addresses only, so a capture that wants frame pointers (a pool worker's, for its await chain) steps instead.

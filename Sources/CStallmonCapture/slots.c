@@ -34,8 +34,8 @@ int cstallmon_sigrtmin(void) { return SIGRTMIN; }
 int cstallmon_sigrtmax(void) { return SIGRTMAX; }
 int cstallmon_installed_signal(void) { return atomic_load(&g_state.signal_number); }
 
-void cstallmon_set_async_job_frames(uintptr_t runner_start, uintptr_t runner_end, int runtime_frames) {
-    atomic_store_explicit(&g_state.runtime_frames, runtime_frames, memory_order_relaxed);
+void cstallmon_set_async_job_frames(uintptr_t runner_start, uintptr_t runner_end, uintptr_t resume_call) {
+    atomic_store_explicit(&g_state.resume_call, resume_call, memory_order_relaxed);
     atomic_store_explicit(&g_state.runner_start, runner_start, memory_order_relaxed);
     atomic_store_explicit(&g_state.runner_end, runner_end, memory_order_release);
 }
@@ -196,6 +196,8 @@ static void collect_capture(const capture_slot *slot, uintptr_t *frames, uintptr
             result->job_context = slot->job_context;
         }
     }
+    result->recorded_word = slot->recorded_word;
+    result->pointed_word = slot->pointed_word;
     result->truncated = slot->truncated;
     result->handler_entered_ns = slot->entered_ns;
     result->handler_done_ns = slot->done_ns;
@@ -218,6 +220,12 @@ void cstallmon_capture(int index, uintptr_t *frames, uint32_t max_frames, int64_
 void cstallmon_capture_with_frame_pointers(int index, uintptr_t *frames, uintptr_t *frame_pointers,
                                            uint32_t max_frames, int64_t timeout_ns,
                                            cstallmon_capture_result *result) {
+    cstallmon_capture_recording_word(index, frames, frame_pointers, max_frames, timeout_ns, 0, 0, result);
+}
+
+void cstallmon_capture_recording_word(int index, uintptr_t *frames, uintptr_t *frame_pointers, uint32_t max_frames,
+                                      int64_t timeout_ns, uintptr_t word_address, uintptr_t pointed_offset,
+                                      cstallmon_capture_result *result) {
     memset(result, 0, sizeof *result);
     result->job_frame = UINT32_MAX;
     const int signal_number = atomic_load(&g_state.signal_number);
@@ -270,6 +278,12 @@ void cstallmon_capture_with_frame_pointers(int index, uintptr_t *frames, uintptr
     }
     slot->max_frames = max_frames < CSTALLMON_MAX_FRAMES ? max_frames : CSTALLMON_MAX_FRAMES;
     slot->want_frame_pointers = frame_pointers != NULL;
+    slot->word_address = word_address;
+    slot->pointed_offset = pointed_offset;
+    // Cleared here, not only by the handler: a capture that ends before it unwinds (in the loader, say) leaves no
+    // earlier capture's word behind.
+    slot->recorded_word = 0;
+    slot->pointed_word = 0;
     int32_t expected = SLOT_IDLE;
     if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_REQUESTED)) {
         result->status = CSTALLMON_CAPTURE_NOT_READY;

@@ -35,7 +35,7 @@ static _Atomic int g_layout;
 static struct {
     uintptr_t chain[CSTALLMON_MAX_AWAIT_FRAMES];
     int count;
-    int runtime_frames;
+    uintptr_t resume_call;
 } g_check;
 
 // Follows the contexts from `context`, each one's ResumeParent being where its caller resumes, to the root, which
@@ -66,22 +66,37 @@ static int read_chain(uintptr_t context, uintptr_t task, uintptr_t *out, uint32_
     return -1;
 }
 
-// How many of the runtime's frames lie between a job runner's frame and the job's first frame (swift_job_run, then
-// runJobInEstablishedExecutorContext on Swift 6.3): counted by the layout check, -1 until then.
-static _Atomic int g_runtime_frames = -1;
+// The return address of the runtime's call into a task's first partial function (in
+// runJobInEstablishedExecutorContext on Swift 6.3, whether a job runner runs the task's job or an actor's drain job
+// runs it): found by the layout check, 0 until then.
+static _Atomic uintptr_t g_resume_call;
+// 0: not checked yet; 1: the drain check found a task's chain in an actor's drain job from the same call; -1: not.
+static _Atomic int g_drain_chains;
 
 int cstallmon_worker_await_chain(int index, uint64_t sequence, uintptr_t job_context, uintptr_t job_frame_pointer,
-                                 uintptr_t *out, uint32_t capacity, uint32_t *truncated) {
+                                 uintptr_t drained_task, uint32_t drained_job_id, uintptr_t *out, uint32_t capacity,
+                                 uint32_t *truncated) {
     *truncated = 0;
     if (atomic_load_explicit(&g_layout, memory_order_acquire) != 1 || job_context == 0) return -1;
     uintptr_t task;
     uint32_t attributes;
     if (!cstallmon_worker_job(index, sequence, &task, &attributes)) return -1;
-    if ((attributes & 0xFF) != JOB_KIND_TASK) return -1;  // an actor's drain job has no task of its own
+    // An actor's drain job has no task of its own: it runs the tasks queued on the actor, one at a time.
+    const bool drain = (attributes & 0xFF) != JOB_KIND_TASK;
+    if (drain) {
+        if (atomic_load_explicit(&g_drain_chains, memory_order_acquire) != 1 || drained_task == 0) return -1;
+        task = drained_task;
+    }
     const int count = cstallmon_task_await_chain(task, job_context, job_frame_pointer, out, capacity, truncated);
-    // Still the same job after the reads: it ran throughout, so the callers stayed suspended and their contexts
-    // alive; what was read is its chain.
-    return cstallmon_worker_still_runs(index, sequence) ? count : -1;
+    // Still the same job after the reads (and in a drain, still the same task): it ran throughout, so the callers
+    // stayed suspended and their contexts alive; what was read is its chain.
+    if (!cstallmon_worker_still_runs(index, sequence)) return -1;
+    uintptr_t still_task = task;
+    if (drain && (!cstallmon_worker_current_task(index, &still_task) || still_task != task ||
+                  !cstallmon_task_has_job_id(task, drained_job_id))) {
+        return -1;
+    }
+    return count;
 }
 
 int cstallmon_task_await_chain(uintptr_t task, uintptr_t job_context, uintptr_t job_frame_pointer, uintptr_t *out,
@@ -94,35 +109,38 @@ int cstallmon_task_await_chain(uintptr_t task, uintptr_t job_context, uintptr_t 
     return still == job_context ? count : -1;
 }
 
-bool cstallmon_concurrency_await_frames(uintptr_t *runner_start, uintptr_t *runner_end, int *runtime_frames) {
-    *runtime_frames = atomic_load_explicit(&g_runtime_frames, memory_order_acquire);
+bool cstallmon_concurrency_await_frames(uintptr_t *runner_start, uintptr_t *runner_end, uintptr_t *resume_call) {
+    *resume_call = atomic_load_explicit(&g_resume_call, memory_order_acquire);
     cstallmon_job_runner_range(runner_start, runner_end);
-    return *runtime_frames >= 0 && atomic_load_explicit(&g_layout, memory_order_acquire) == 1;
+    return *resume_call != 0 && atomic_load_explicit(&g_layout, memory_order_acquire) == 1;
 }
 
 // Built with frame pointers (clang keeps them in a function that takes its frame's address), so this function's
-// frame record holds its caller's: `inner`'s. From there the frame records lead through the runtime's frames to the
-// job runner that ran this job: how many there are is what the reader counts at every sample.
+// frame record holds its caller's: `inner`'s. Its record holds the return address of the runtime's call into it (the
+// resume call the handler looks for), and from there the frame records lead through the runtime's frames to the job
+// runner that ran this job.
 __attribute__((noinline)) void cstallmon_concurrency_await_check_inner(uintptr_t current_task) {
     const uintptr_t inner_frame = *(uintptr_t *)__builtin_frame_address(0);
     uintptr_t frame = inner_frame;
-    int runtime_frames = -1;
+    uintptr_t resume_call = 0;
+    bool reaches_runner = false;
     for (int hop = 0; hop < 8 && frame != 0 && (frame & 7) == 0; hop++) {
         uintptr_t record[2];  // the caller's frame pointer, the return address into it
         if (!read_own(frame, record, sizeof record)) break;
-        if (cstallmon_in_job_runner(record[1])) {
-            runtime_frames = hop;
+        if (hop == 0) resume_call = record[1];
+        if (hop > 0 && cstallmon_in_job_runner(record[1])) {
+            reaches_runner = true;
             break;
         }
         frame = record[0];
     }
     g_check.count = -1;
-    if (runtime_frames < 0) return;
+    if (!reaches_runner) return;
     uintptr_t context = 0;
     uint32_t truncated;
     if (!read_own(inner_frame - CONTEXT_BELOW_FRAME_POINTER, &context, sizeof context)) return;
     g_check.count = read_chain(context, current_task, g_check.chain, CSTALLMON_MAX_AWAIT_FRAMES, &truncated);
-    g_check.runtime_frames = runtime_frames;
+    g_check.resume_call = resume_call;
 }
 
 __attribute__((noinline)) int cstallmon_concurrency_await_check_outer(void) {
@@ -137,9 +155,49 @@ __attribute__((noinline)) int cstallmon_concurrency_await_check_outer(void) {
 #if !defined(__x86_64__)
     verdict = -1;  // the handler records frame pointers on x86-64 only: no chain could be found elsewhere
 #endif
-    if (verdict == 1) atomic_store_explicit(&g_runtime_frames, g_check.runtime_frames, memory_order_release);
+    if (verdict == 1) atomic_store_explicit(&g_resume_call, g_check.resume_call, memory_order_release);
     atomic_store_explicit(&g_layout, verdict, memory_order_release);
     return verdict;
+}
+
+__attribute__((noinline)) int cstallmon_concurrency_drain_check(uintptr_t current_task) {
+    const int kind = cstallmon_running_job_kind();
+    if (kind == -1 || kind == JOB_KIND_TASK) return 0;
+    int found = CSTALLMON_DRAIN_SEEN;
+    if (cstallmon_current_task_confirm(current_task) > 0) found |= CSTALLMON_DRAIN_ACTIVE_TASK;
+    // As the handler finds a job's first frame: the outermost frame the runtime called with the resume call, inside
+    // the job runner. Its context must lead to this task's first context.
+    const uintptr_t resume_call = atomic_load_explicit(&g_resume_call, memory_order_acquire);
+    uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
+    uintptr_t called_at_resume = 0;
+    bool reaches_runner = false;
+    for (int hop = 0; hop < 32 && resume_call != 0 && frame != 0 && (frame & 7) == 0; hop++) {
+        uintptr_t record[2];  // the caller's frame pointer, the return address into it
+        if (!read_own(frame, record, sizeof record)) break;
+        if (cstallmon_in_job_runner(record[1])) {
+            reaches_runner = true;
+            break;
+        }
+        if (record[1] == resume_call) called_at_resume = frame;  // this frame is the one called there
+        frame = record[0];
+    }
+    uintptr_t context = 0;
+    uint32_t truncated;
+    if (reaches_runner && called_at_resume != 0 &&
+        read_own(called_at_resume - CONTEXT_BELOW_FRAME_POINTER, &context, sizeof context) &&
+        read_chain(context, current_task, g_check.chain, CSTALLMON_MAX_AWAIT_FRAMES, &truncated) > 0) {
+        found |= CSTALLMON_DRAIN_CHAIN;
+    }
+    return found;
+}
+
+void cstallmon_concurrency_set_drain_chains(int passed) {
+    const bool usable = passed && atomic_load_explicit(&g_layout, memory_order_acquire) == 1;
+    atomic_store_explicit(&g_drain_chains, usable ? 1 : -1, memory_order_release);
+}
+
+int cstallmon_concurrency_drain_chains(void) {
+    return atomic_load_explicit(&g_drain_chains, memory_order_acquire);
 }
 
 int cstallmon_concurrency_await_chain_layout(void) {

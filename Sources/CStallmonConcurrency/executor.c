@@ -142,7 +142,10 @@ typedef struct {
     // The odd sequence of a job a reader (the watchdog) saw running. With pool_statistics = off the worker reads the
     // clock at a job's end only for that job: only a job seen running can have become a stall.
     _Atomic uint64_t seen_running;
-    char padding[128 - 96];  // one probe per pair of cache lines: workers never share a line
+    // The worker thread's pthread_self(), set when it claims the probe: where its thread-local variables are, for
+    // the task an actor's drain job runs now (current_task.c).
+    _Atomic uintptr_t thread;
+    char padding[128 - 104];  // one probe per pair of cache lines: workers never share a line
 } worker_probe;
 
 _Static_assert(sizeof(worker_probe) == 128, "a probe is two cache lines");
@@ -369,6 +372,7 @@ static worker_probe *register_worker(void) {
         atomic_store_explicit(&claimed->sequence, 0, memory_order_relaxed);
         atomic_store_explicit(&claimed->long_job, 0, memory_order_relaxed);
         atomic_store_explicit(&claimed->tid, (int32_t)syscall(SYS_gettid), memory_order_relaxed);
+        atomic_store_explicit(&claimed->thread, (uintptr_t)pthread_self(), memory_order_relaxed);
         atomic_fetch_add_explicit(&claimed->generation, 1, memory_order_release);
         // Alive only now, with this thread's tid and generation in place: a pin taken from here on is for this
         // thread, never for the probe's previous one.
@@ -943,6 +947,19 @@ bool cstallmon_worker_job(int index, uint64_t sequence, uintptr_t *job, uint32_t
 
 uint64_t cstallmon_job_task_id(uintptr_t job) {
     return swift_task_getJobTaskId((swift_job *)job);
+}
+
+bool cstallmon_worker_thread(int index, uintptr_t *thread) {
+    if (index < 0 || index >= CSTALLMON_MAX_WORKERS) return false;
+    *thread = atomic_load_explicit(&g_state.probes[index].thread, memory_order_relaxed);
+    return *thread != 0;
+}
+
+int cstallmon_running_job_kind(void) {
+    worker_probe *probe = t_probe;
+    if (probe == NULL || probe == &g_unwatched) return -1;
+    if ((atomic_load_explicit(&probe->sequence, memory_order_relaxed) & 1) == 0) return -1;
+    return (int)(atomic_load_explicit(&probe->job_attributes, memory_order_relaxed) & 0xFF);
 }
 
 bool cstallmon_worker_still_runs(int index, uint64_t sequence) {

@@ -23,7 +23,7 @@
 // The link's kind: 2 bits in TaskLocal.h; a child task's link to its parent's items carries bit 2 on Swift 6.3 (seen
 // by the check's child task). Items are allocated 16-byte aligned, so masking 3 bits loses nothing.
 #define ITEM_LINK_BITS ((uintptr_t)7)
-#define JOB_ID 0x24                // Job::Id, after the heap header, the scheduler's two words and the flags
+#define JOB_ID CSTALLMON_TASK_JOB_ID_OFFSET  // after the heap header, the scheduler's two words and the flags
 #define HEAD_SEARCH_BYTES 512      // of the task: the head lies in its private storage, well within this
 #define MAX_ITEMS_WALKED 64        // bindings of all keys, the parents' included
 
@@ -78,11 +78,15 @@ int cstallmon_task_locals_find_head(uintptr_t task, uintptr_t key, uint64_t expe
     return -1;
 }
 
+bool cstallmon_task_has_job_id(uintptr_t task, uint32_t job_id) {
+    uint32_t id = 0;
+    return read_own(task + JOB_ID, &id, sizeof id) && id == job_id;
+}
+
 // Whether `task`'s memory still is the task of that id: a task is freed in its own last job, before the probe
 // records the job's end, and its address may be reused at once. Async-signal-safe (process_vm_readv only).
 static bool task_has_id(uintptr_t task, uint64_t task_id) {
-    uint32_t id = 0;
-    return read_own(task + JOB_ID, &id, sizeof id) && id == (uint32_t)task_id;
+    return cstallmon_task_has_job_id(task, (uint32_t)task_id);
 }
 
 int cstallmon_task_locals_confirm(uintptr_t task, uint64_t expected) {
@@ -107,15 +111,41 @@ int cstallmon_task_local_value(uintptr_t task, uint64_t *value) {
     return read_task_local(task, value);
 }
 
-int cstallmon_worker_label(int index, uint64_t sequence, uint64_t task_id, cstallmon_label_entry *out) {
+// Async-signal-safe (process_vm_readv and atomics). Whether probe `index`'s drain job `sequence` still runs, and
+// still runs `task`.
+static bool drain_still_runs(int index, uint64_t sequence, uintptr_t task) {
+    uintptr_t now = 0;
+    return cstallmon_worker_still_runs(index, sequence) && cstallmon_worker_current_task(index, &now) && now == task;
+}
+
+int cstallmon_worker_drained_task_label(int index, uint64_t sequence, uintptr_t task, uint32_t job_id,
+                                        cstallmon_label_entry *label) {
     uintptr_t job;
     uint32_t attributes;
-    if (!cstallmon_worker_job(index, sequence, &job, &attributes)) return -1;
-    if ((attributes & 0xFF) != 0) return -1;  // not a task: an actor's drain job has no task of its own
-    uint64_t id = 0;
-    if (cstallmon_task_local_value(job, &id) != 1 || !cstallmon_label_lookup(id, out)) return -1;
+    if (!cstallmon_worker_job(index, sequence, &job, &attributes) || (attributes & 0xFF) == 0) return -1;
+    if (task == 0 || (task & 15) != 0) return -1;
+    uint64_t value = 0;
+    if (cstallmon_task_local_value(task, &value) != 1 || !cstallmon_label_lookup(value, label)) return -1;
+    // After the reads, the drain still runs that task, and its memory still holds the task of that id: what was read
+    // was the running task's.
+    return drain_still_runs(index, sequence, task) && cstallmon_task_has_job_id(task, job_id) ? 1 : -1;
+}
+
+int cstallmon_worker_label(int index, uint64_t sequence, uint64_t task_id, cstallmon_label_entry *out) {
+    uintptr_t task;
+    uint32_t attributes;
+    if (!cstallmon_worker_job(index, sequence, &task, &attributes)) return -1;
+    if ((attributes & 0xFF) != 0) {
+        // An actor's drain job has no task of its own: the label is that of the task it runs now, whose id is read
+        // first, so that a task taking that address later is told apart.
+        uint32_t id = 0;
+        if (!cstallmon_worker_current_task(index, &task) || !read_own(task + JOB_ID, &id, sizeof id)) return -1;
+        return cstallmon_worker_drained_task_label(index, sequence, task, id, out);
+    }
+    uint64_t value = 0;
+    if (cstallmon_task_local_value(task, &value) != 1 || !cstallmon_label_lookup(value, out)) return -1;
     // After the reads, the address still holds the task the probe names (not a new task of another request that
-    // took a freed task's place), and the job still runs: the id read was that task's.
-    if (!task_has_id(job, task_id)) return -1;
+    // took a freed task's place), and the job still runs: the value read was that task's.
+    if (!task_has_id(task, task_id)) return -1;
     return cstallmon_worker_still_runs(index, sequence) ? 1 : -1;
 }

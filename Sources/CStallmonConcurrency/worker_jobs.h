@@ -18,6 +18,22 @@ bool cstallmon_worker_job(int index, uint64_t sequence, uintptr_t *job, uint32_t
 /// belonged to a job that ran throughout. Async-signal-safe (atomics only).
 bool cstallmon_worker_still_runs(int index, uint64_t sequence) __attribute__((visibility("hidden")));
 
+/// The pthread_self() of the thread that holds probe `index` (0: none yet). Async-signal-safe (an atomic load).
+bool cstallmon_worker_thread(int index, uintptr_t *thread) __attribute__((visibility("hidden")));
+
+/// The kind (low byte of the job's attributes) of the job the calling worker runs now, or -1 when it runs none or is
+/// not a watched worker. For the checks, which run on a worker. Async-signal-safe (atomic loads).
+int cstallmon_running_job_kind(void) __attribute__((visibility("hidden")));
+
+/// The task that probe `index`'s thread runs right now, read from the runtime's thread-local active task of that
+/// thread (current_task.c): true and the task, or false when none or the check has not passed. For a job that is
+/// not a task itself (an actor's drain job). Async-signal-safe (process_vm_readv and atomics).
+bool cstallmon_worker_current_task(int index, uintptr_t *task) __attribute__((visibility("hidden")));
+
+/// Whether `task`'s memory still is the task whose job id (`Job::Id`) is `job_id`: a task is freed in its own last
+/// job, and its address may be reused at once. Async-signal-safe (process_vm_readv).
+bool cstallmon_task_has_job_id(uintptr_t task, uint32_t job_id) __attribute__((visibility("hidden")));
+
 /// The id of the task `job` is (`swift_task_getJobTaskId`, a runtime call). For a job the caller knows to be alive;
 /// not for a signal handler.
 uint64_t cstallmon_job_task_id(uintptr_t job) __attribute__((visibility("hidden")));

@@ -363,30 +363,84 @@ enum AwaitChains {
 }
 
 /// Two kinds of short jobs, each awaiting through functions of its own before it spins past the threshold: under
-/// churn and snapshots, a chain read for one job must never be another's (the other kind's functions).
+/// churn and snapshots, a chain read for one job must never be another's (the other kind's functions). Some spin in
+/// a shared actor's method, which many calls wait for: its drain job runs both kinds one after another.
 enum ChurnChains {
+    actor Shared {
+        @inline(never)
+        func work(_ microseconds: UInt64) -> Int { Starvation.shortWork(microseconds: microseconds) }
+    }
+
+    static let shared = Shared()
+
     @inline(never)
-    static func alphaOuter(_ microseconds: UInt64) async -> Int {
+    static func alphaOuter(_ microseconds: UInt64, onActor: Bool) async -> Int {
         await Task.yield()
-        return await alphaInner(microseconds) + 1
+        return await alphaInner(microseconds, onActor: onActor) + 1
     }
 
     @inline(never)
-    static func alphaInner(_ microseconds: UInt64) async -> Int {
+    static func alphaInner(_ microseconds: UInt64, onActor: Bool) async -> Int {
         await Task.yield()
+        if onActor { return await shared.work(microseconds) }
         return Starvation.shortWork(microseconds: microseconds)
     }
 
     @inline(never)
-    static func betaOuter(_ microseconds: UInt64) async -> Int {
+    static func betaOuter(_ microseconds: UInt64, onActor: Bool) async -> Int {
         await Task.yield()
-        return await betaInner(microseconds) + 1
+        return await betaInner(microseconds, onActor: onActor) + 1
     }
 
     @inline(never)
-    static func betaInner(_ microseconds: UInt64) async -> Int {
+    static func betaInner(_ microseconds: UInt64, onActor: Bool) async -> Int {
         await Task.yield()
+        if onActor { return await shared.work(microseconds) }
         return Starvation.shortWork(microseconds: microseconds)
+    }
+}
+
+/// An actor held by one task while another awaits its method: the waiting task is queued on the actor, and its method
+/// runs once the holder is done, in the actor's drain job, whose probe names no task of its own.
+actor Vault {
+    let holding = Atomic<Bool>(false)
+
+    @inline(never)
+    func hold() {
+        holding.store(true, ordering: .releasing)
+        measured("vault-hold") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+    }
+
+    @inline(never)
+    func audit() -> Int {
+        var result = 0
+        measured("chain-drain") { result = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+        return result
+    }
+}
+
+extension AwaitChains {
+    /// Two async functions of the fixture, then the actor's method.
+    @inline(never)
+    static func auditRequest(_ vault: Vault) async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await auditLedger(vault) + 1
+    }
+
+    @inline(never)
+    static func auditLedger(_ vault: Vault) async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await vault.audit() + 1
+    }
+
+    /// Holds `vault`, then, while it is held, awaits its method through two functions with a label: the method runs
+    /// in the actor's drain job.
+    static func auditWhileHeld() async {
+        let vault = Vault()
+        let holder = Task.detached { await vault.hold() }
+        while !vault.holding.load(ordering: .acquiring) { try? await Task.sleep(for: .milliseconds(1)) }
+        await StallLabel.withValue("POST /audit") { _ = await auditRequest(vault) }
+        await holder.value
     }
 }
 
@@ -449,8 +503,11 @@ case "await-chains":
     let monitor = makeMonitor()
     monitor.start()
     // The layout check runs at start, in a task of its own (at background priority: a loaded machine delays it).
-    for _ in 0..<400 where cstallmon_concurrency_await_chain_layout() == 0 { try? await Task.sleep(for: .milliseconds(5)) }
+    for _ in 0..<400 where cstallmon_concurrency_drain_chains() == 0 || cstallmon_task_locals_layout() == 0 {
+        try? await Task.sleep(for: .milliseconds(5))
+    }
     say("layout \(cstallmon_concurrency_await_chain_layout())")
+    say("drain \(cstallmon_concurrency_drain_chains()) \(cstallmon_current_task_layout())")
     _ = await Task.detached { await AwaitChains.handleRequest(.cpu) }.value
     try? await Task.sleep(for: .milliseconds(50))
     await withTaskGroup(of: Int.self) { group in
@@ -462,6 +519,9 @@ case "await-chains":
     _ = await Task.detached { await AwaitChains.handleRequest(.lock) }.value
     try? await Task.sleep(for: .milliseconds(50))
     _ = await Accounts().settle()
+    try? await Task.sleep(for: .milliseconds(50))
+    // An actor's drain job: its running task's chain and label.
+    await AwaitChains.auditWhileHeld()
     try? await Task.sleep(for: .milliseconds(50))
     _ = await Task.detached { await AwaitChains.handleOnMain() }.value
     try? await Task.sleep(for: .milliseconds(50))
@@ -475,6 +535,11 @@ case "chain-churn":
     // snapshot every 10 ms: every sample is taken and its chain read while jobs begin and end around it.
     let monitor = makeMonitor()
     monitor.start()
+    // The checks at start, so that drain jobs' chains and labels are read from the first round on.
+    for _ in 0..<400 where cstallmon_concurrency_drain_chains() == 0 || cstallmon_task_locals_layout() == 0 {
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    say("drain \(cstallmon_concurrency_drain_chains()) \(cstallmon_current_task_layout())")
     let stopSnapshots = Atomic<Bool>(false)
     let snapshots = Atomic<Int>(0)
     let socket = ControlSocketClient.path(directory: reportDirectory, pid: getpid())
@@ -495,11 +560,20 @@ case "chain-churn":
             for index in 0..<100 {
                 // One job in 25 spins past the threshold; the others are over in microseconds.
                 let microseconds: UInt64 = index % 25 == 0 ? UInt64(thresholdMs) * 1_500 : 50
-                // Each labelled with its kind: thousands of scopes opened and closed while their labels are read.
+                // Each labelled with its kind: thousands of scopes opened and closed while their labels are read. One
+                // in four spins in the shared actor, and so do two that spin past the threshold: the second waits for
+                // the first, and runs in the actor's drain job.
+                let onActor = index % 4 == 1 || index % 50 == 0
                 if (round + index) % 2 == 0 {
-                    group.addTask { await StallLabel.withValue("alpha") { await ChurnChains.alphaOuter(microseconds) } }
+                    group.addTask {
+                        await StallLabel.withValue("alpha") {
+                            await ChurnChains.alphaOuter(microseconds, onActor: onActor)
+                        }
+                    }
                 } else {
-                    group.addTask { await StallLabel.withValue("beta") { await ChurnChains.betaOuter(microseconds) } }
+                    group.addTask {
+                        await StallLabel.withValue("beta") { await ChurnChains.betaOuter(microseconds, onActor: onActor) }
+                    }
                 }
             }
             for await _ in group {}

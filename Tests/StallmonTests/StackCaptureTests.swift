@@ -142,6 +142,45 @@ struct StackCaptureTests {
         cstallmon_slot_release(slot)
     }
 
+    /// A capture of an actor's drain job asks the handler for the worker's active task and that task's id: the word
+    /// at an address, then 8 bytes at an offset from what it holds. Here a thread's own word pointing to a record, then
+    /// to an address nothing is mapped at (read as 0, no fault), then no word at all.
+    @Test func aCaptureRecordsTheWordItWasAskedForAndWhatItPointsTo() throws {
+        let signalNumber = try Self.installDefaultSignal()
+        defer { cstallmon_release() }
+        let record = UnsafeMutablePointer<UInt64>.allocate(capacity: 8)
+        defer { record.deallocate() }
+        record.initialize(repeating: 0, count: 8)
+        record[4] = 0x1234_5678_9abc_def0
+        let word = UnsafeMutablePointer<UInt>.allocate(capacity: 1)
+        defer { word.deallocate() }
+        word.pointee = UInt(bitPattern: record)
+        let tid = Atomic<Int32>(0)
+        let stop = Atomic<Bool>(false)
+        Thread.detachNewThread {
+            Self.unblock(signalNumber)
+            tid.store(cstallmon_gettid(), ordering: .releasing)
+            while !stop.load(ordering: .relaxed) { _ = stallmonTestBusySpin(milliseconds: 1) }
+        }
+        defer { stop.store(true, ordering: .relaxed) }
+        while tid.load(ordering: .acquiring) == 0 { usleep(1000) }
+        let slot = cstallmon_slot_acquire(tid.load(ordering: .acquiring))
+        defer { cstallmon_slot_release(slot) }
+        let capturer = StackCapturer(slot: slot, maxFrames: 64, timeout: .seconds(1))
+        func capture(_ address: UInt) -> (word: UInt, pointed: UInt32)? {
+            let (sample, _) = capturer.capture(labelID: 0, framePointers: capturer.framePointerBuffer,
+                                               activeTask: address == 0 ? nil : (address, 32))
+            return sample.status == .ok ? (sample.drainedTask, sample.drainedJobId) : nil
+        }
+        let recorded = try #require(capture(UInt(bitPattern: word)))
+        #expect(recorded.word == UInt(bitPattern: record) && recorded.pointed == 0x9abc_def0)
+        word.pointee = 0x10  // unmapped
+        let unreadable = try #require(capture(UInt(bitPattern: word)))
+        #expect(unreadable.word == 0x10 && unreadable.pointed == 0)
+        let none = try #require(capture(0))
+        #expect(none.word == 0 && none.pointed == 0)
+    }
+
     /// A release while the watchdog is mid-capture (here: right after the handler finished, through the test hook)
     /// used to leave the slot IDLE and retired forever: leaked, since only FREE slots are acquired.
     @Test func aSlotReleasedDuringACaptureIsFreedNotLeaked() throws {

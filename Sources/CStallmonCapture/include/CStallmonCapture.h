@@ -61,6 +61,8 @@ typedef struct {
     uint32_t has_frame_pointers; ///< 1 when the caller's `frame_pointers` were filled, one per frame
     uint32_t job_frame;          ///< with frame pointers: the async job's first frame, or UINT32_MAX
     uintptr_t job_context;       ///< the async context below that frame's frame pointer, read by the handler
+    uintptr_t recorded_word;     ///< the word at the capture's `word_address`, read by the handler (0: none)
+    uint64_t pointed_word;       ///< the 8 bytes at `recorded_word` + `pointed_offset`, read by the handler (0: none)
     uint64_t signal_sent_ns;     ///< just before tgkill
     uint64_t handler_entered_ns; ///< first instruction of the handler's work on the target thread
     uint64_t handler_done_ns;    ///< the handler published its frames
@@ -151,12 +153,23 @@ void cstallmon_capture_with_frame_pointers(int slot, uintptr_t *frames, uintptr_
                                            uint32_t max_frames, int64_t timeout_ns,
                                            cstallmon_capture_result *result);
 
+/// The same, and the word at `word_address` of the thread's memory (0: none), read by the handler while the thread is
+/// stopped, into the result's `recorded_word`, then the 8 bytes at that word + `pointed_offset` into `pointed_word`:
+/// for an actor's drain job, the runtime's thread-local active task of the worker and that task's id, so that the
+/// stack and the task it belongs to are of one moment. Both reads are process_vm_readv (a stale pointer reads as 0).
+/// NOT async-signal-safe (it is the waiting side); never blocks longer than `timeout_ns`.
+void cstallmon_capture_recording_word(int slot, uintptr_t *frames, uintptr_t *frame_pointers, uint32_t max_frames,
+                                      int64_t timeout_ns, uintptr_t word_address, uintptr_t pointed_offset,
+                                      cstallmon_capture_result *result);
+
 /// Where an async job's first frame is, for captures with frame pointers: frames whose address lies in
-/// [`runner_start`, `runner_end`) are the executor's job runners, and the job's first frame is `runtime_frames` + 1
-/// frames inside the innermost of them. The handler then reads, from the thread's own stack, the async context below
-/// that frame's frame pointer (`job_frame`, `job_context` of the result). Set once the await-chain layout check
-/// passed; until then nothing is read. Async-signal-safe (atomic stores).
-void cstallmon_set_async_job_frames(uintptr_t runner_start, uintptr_t runner_end, int runtime_frames);
+/// [`runner_start`, `runner_end`) are the executor's job runners, and inside the outermost of them, the job's first
+/// frame is the outermost one the runtime called with `resume_call` as the return address (the call into a task's
+/// partial function: right under the runner's runtime frames for a task's job, deeper in an actor's drain job). The
+/// handler then reads, from the thread's own stack, the async context below that frame's frame pointer (`job_frame`,
+/// `job_context` of the result). Set once the await-chain layout check passed; until then nothing is read.
+/// Async-signal-safe (atomic stores).
+void cstallmon_set_async_job_frames(uintptr_t runner_start, uintptr_t runner_end, uintptr_t resume_call);
 
 /// Frees a slot its owner released while a late handler was still owed, when the thread that handler was owed on
 /// has exited (its pending signal died with it). Returns 1 when the slot is free (now or already), 0 while it

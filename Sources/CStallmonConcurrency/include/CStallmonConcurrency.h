@@ -152,18 +152,23 @@ ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size
 /// many were written (at most `capacity`; `truncated` set when more were left), or -1: the job is over or is not a
 /// task, the contexts do not lead to that task's first context, the function the handler found has since returned
 /// (another context below its frame pointer), or the layout check has not passed. The probe is read again after the
-/// reads, so a chain is returned only if its job ran throughout. For the watchdog thread; NOT async-signal-safe.
+/// reads, so a chain is returned only if its job ran throughout. For an actor's drain job (no task of its own),
+/// `drained_task` and `drained_job_id` are the task the capture found running and its job id (its recorded words),
+/// and the chain is returned only if, after the reads, the drain still runs that task, of that id (and the drain
+/// check passed). For the watchdog thread; NOT
+/// async-signal-safe.
 int cstallmon_worker_await_chain(int index, uint64_t sequence, uintptr_t job_context, uintptr_t job_frame_pointer,
-                                 uintptr_t *out, uint32_t capacity, uint32_t *truncated);
+                                 uintptr_t drained_task, uint32_t drained_job_id, uintptr_t *out, uint32_t capacity,
+                                 uint32_t *truncated);
 
 /// The same for `task`, which the caller knows to be running (the benchmark): no probe. NOT async-signal-safe.
 int cstallmon_task_await_chain(uintptr_t task, uintptr_t job_context, uintptr_t job_frame_pointer, uintptr_t *out,
                                uint32_t capacity, uint32_t *truncated);
 
 /// Once the layout check passed (returns true): where an async job's first frame is, for
-/// `cstallmon_set_async_job_frames`: the executor's job runners' code and how many of the runtime's frames lie
-/// between a runner's frame and the job's first. Async-signal-safe (atomic loads).
-bool cstallmon_concurrency_await_frames(uintptr_t *runner_start, uintptr_t *runner_end, int *runtime_frames);
+/// `cstallmon_set_async_job_frames`: the executor's job runners' code and the return address of the runtime's call
+/// into a task's first partial function. Async-signal-safe (atomic loads).
+bool cstallmon_concurrency_await_frames(uintptr_t *runner_start, uintptr_t *runner_end, uintptr_t *resume_call);
 
 /// The layout check, in two calls from a task the monitor starts: an async `outer` function awaits an async `inner`
 /// one; `inner`, after a real suspension, calls `..._inner` with the running task (`withUnsafeCurrentTask`), which
@@ -173,6 +178,48 @@ bool cstallmon_concurrency_await_frames(uintptr_t *runner_start, uintptr_t *runn
 /// Returns 1 (chains are read from then on) or -1 (never). One check at a time. NOT async-signal-safe.
 void cstallmon_concurrency_await_check_inner(uintptr_t current_task);
 int cstallmon_concurrency_await_check_outer(void);
+
+/// What `cstallmon_concurrency_drain_check` found (flags).
+#define CSTALLMON_DRAIN_SEEN 1         // the calling job is an actor's drain job, not a task
+#define CSTALLMON_DRAIN_ACTIVE_TASK 2  // the active task's variable (current_task.c) holds the calling task there
+#define CSTALLMON_DRAIN_CHAIN 4        // the drain resumed the caller from the same call, and its chain was read
+
+/// The drain check: called by an actor's method right after it resumed from a suspension, in `current_task`, a task
+/// other than the one that ran `cstallmon_current_task_find`. Returns 0 when the job running the caller is not an
+/// actor's drain job (the method ran on its caller's thread: try again), otherwise CSTALLMON_DRAIN_* flags. Confirms
+/// the active task's candidates (`cstallmon_current_task_confirm`). NOT async-signal-safe.
+int cstallmon_concurrency_drain_check(uintptr_t current_task);
+
+/// The drain check's verdict: from `passed` on (with the layout check passed), chains are read in actors' drain
+/// jobs too; otherwise never. Async-signal-safe.
+void cstallmon_concurrency_set_drain_chains(int passed);
+
+/// 0: not checked yet; 1: chains are read in actors' drain jobs; -1: never. Async-signal-safe.
+int cstallmon_concurrency_drain_chains(void);
+
+// MARK: The task an actor's drain job runs
+//
+// A drain job runs the tasks queued on an actor one after another; the runtime's thread-local active task says which
+// one runs now. Where that variable is, is found at start (see current_task.c): these are the check's steps.
+
+/// From inside a task (`current_task`): the words of the runtime's thread-local block equal to it. Returns how many
+/// candidates were kept (at most 4), or -1. One check at a time. NOT async-signal-safe.
+int cstallmon_current_task_find(uintptr_t current_task);
+
+/// Keeps the candidates at which the calling thread's word is `expected`; returns how many remain. NOT
+/// async-signal-safe.
+int cstallmon_current_task_confirm(uintptr_t expected);
+
+/// `cstallmon_current_task_confirm(0)` on a new thread, which runs no task. Returns how many remain, or -1. NOT
+/// async-signal-safe.
+int cstallmon_current_task_confirm_on_plain_thread(void);
+
+/// The verdict: from `passed` on (with a candidate left), a drain job's labels are read from its running task;
+/// otherwise never. Async-signal-safe.
+void cstallmon_current_task_set_verdict(int passed);
+
+/// 0: not checked yet; 1: passed; -1: failed. Async-signal-safe.
+int cstallmon_current_task_layout(void);
 
 /// The layout check's verdict: 0 not run yet, 1 passed, -1 failed. Async-signal-safe (one atomic load).
 int cstallmon_concurrency_await_chain_layout(void);
@@ -278,9 +325,27 @@ int cstallmon_task_local_value(uintptr_t task, uint64_t *value);
 
 /// The label of the task that probe `index` runs as its job `sequence` (odd) with task id `task_id` (the reading's),
 /// if the job is a task whose scope (or an ancestor's) has an open entry: 1 and the entry; -1 otherwise (or when the
-/// job ended, or the task's memory holds another task, after the reads). For the watchdog thread; async-signal-safe
-/// (process_vm_readv and atomics), though only the watchdog calls it.
+/// job ended, or the task's memory holds another task, after the reads). For an actor's drain job, the label of the
+/// task it runs now (once the active task's check passed; `task_id` is then not used). For the watchdog thread;
+/// async-signal-safe (process_vm_readv and atomics), though only the watchdog calls it.
 int cstallmon_worker_label(int index, uint64_t sequence, uint64_t task_id, cstallmon_label_entry *out);
+
+/// Where a task keeps its job id (`Job::Id`, the low 32 bits of its task id) on Swift 6.3, 64-bit: confirmed at start
+/// on every task of the label check. A capture of a drain job records it with the task (`pointed_offset`).
+#define CSTALLMON_TASK_JOB_ID_OFFSET 0x24
+
+/// For probe `index`'s actor drain job `sequence` (odd), once the active task's check passed, the label of `task`,
+/// the task it ran when a capture stopped it, whose job id the capture read then (`job_id`; the capture's recorded
+/// words, see `cstallmon_worker_active_task_address`). Returns 1 and the label, or -1: not a drain, no label, or,
+/// after the reads, the drain no longer runs that task (or that address holds another task now). For the watchdog
+/// thread; async-signal-safe (process_vm_readv and atomics), though only the watchdog calls it.
+int cstallmon_worker_drained_task_label(int index, uint64_t sequence, uintptr_t task, uint32_t job_id,
+                                        cstallmon_label_entry *label);
+
+/// Where probe `index`'s thread keeps the runtime's active task (a word of its thread-local block), for a capture to
+/// record with the stack (`cstallmon_capture_recording_word`); 0 until the active task's check passed.
+/// Async-signal-safe (atomic loads).
+uintptr_t cstallmon_worker_active_task_address(int index);
 
 /// How many workers ran jobs unwatched because every probe was taken. Async-signal-safe.
 uint64_t cstallmon_concurrency_unwatched_workers(void);

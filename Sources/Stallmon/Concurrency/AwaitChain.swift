@@ -20,17 +20,18 @@ package struct AwaitChain: Sendable, Equatable {
     var attachedFrame: Int
 
     /// The chain of the job `reading` shows running, from the context the handler found below its first frame:
-    /// nil when the job is not a task's (an actor's drain job), it ended or that function returned before the chain
-    /// was read, or the layout check has not passed.
-    static func of(_ reading: WorkerReading, jobFrame: StackCapturer.JobFrame) -> AwaitChain? {
+    /// nil when it ended, that function returned, or (in an actor's drain job) the drain moved on to another task
+    /// before the chain was read, or when the layout checks have not passed.
+    static func of(_ reading: WorkerReading, jobFrame: StackCapturer.JobFrame, drainedTask: UInt,
+                   drainedJobId: UInt32) -> AwaitChain? {
         guard reading.isRunningJob else { return nil }
         let capacity = Self.maxResumePoints
         var truncated: UInt32 = 0
         var read: Int32 = -1
         let resumePoints = [UInt](unsafeUninitializedCapacity: capacity) { buffer, count in
             read = cstallmon_worker_await_chain(reading.index, reading.jobSequence, jobFrame.context,
-                                                jobFrame.framePointer, buffer.baseAddress, UInt32(capacity),
-                                                &truncated)
+                                                jobFrame.framePointer, drainedTask, drainedJobId,
+                                                buffer.baseAddress, UInt32(capacity), &truncated)
             count = max(0, Int(read))
         }
         guard read > 0 else { return nil }
@@ -48,16 +49,18 @@ package struct AwaitChain: Sendable, Equatable {
         Task.detached(priority: .background) {
             var runnerStart: UInt = 0
             var runnerEnd: UInt = 0
-            var runtimeFrames: Int32 = -1
+            var resumeCall: UInt = 0
             if await LayoutCheck.outer() == 1,
-               cstallmon_concurrency_await_frames(&runnerStart, &runnerEnd, &runtimeFrames) {
-                cstallmon_set_async_job_frames(runnerStart, runnerEnd, runtimeFrames)
+               cstallmon_concurrency_await_frames(&runnerStart, &runnerEnd, &resumeCall) {
+                cstallmon_set_async_job_frames(runnerStart, runnerEnd, resumeCall)
             } else {
                 logger.notice("""
                     stallmon: await chains are not read on this Swift runtime (a task's async contexts are not \
                     where this build looks for them); async stall stacks end where the job began
                     """)
             }
+            // Second, as it needs the resume call the first found.
+            await ActorDrainCheck.run(logger: logger)
         }
     }
 
@@ -72,8 +75,7 @@ package struct AwaitChain: Sendable, Equatable {
         @inline(never)
         static func inner() async {
             try? await Task.sleep(nanoseconds: 1_000_000)
-            let task = withUnsafeCurrentTask { $0.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
-            cstallmon_concurrency_await_check_inner(task)
+            cstallmon_concurrency_await_check_inner(RunningTask.address)
         }
     }
 }
@@ -82,8 +84,14 @@ extension StackCapturer {
     /// One sample of a worker running the job `reading` shows, with that job's await chain when it still runs.
     func capture(labelID: UInt32, jobOf reading: WorkerReading?) -> RawSample {
         guard let reading else { return capture(labelID: labelID) }
-        var (sample, jobFrame) = capture(labelID: labelID, framePointers: framePointerBuffer)
-        if sample.status == .ok, let jobFrame { sample.awaitChain = AwaitChain.of(reading, jobFrame: jobFrame) }
+        let activeTask = reading.isDrain ? cstallmon_worker_active_task_address(reading.index) : 0
+        var (sample, jobFrame) = capture(
+            labelID: labelID, framePointers: framePointerBuffer,
+            activeTask: activeTask == 0 ? nil : (activeTask, UInt(CSTALLMON_TASK_JOB_ID_OFFSET)))
+        if sample.status == .ok, let jobFrame {
+            sample.awaitChain = AwaitChain.of(reading, jobFrame: jobFrame, drainedTask: sample.drainedTask,
+                                              drainedJobId: sample.drainedJobId)
+        }
         // The job may have ended between the watchdog's reading and the signal (a starvation's culprit a moment
         // from its end; two long jobs back to back, which keep no exact end of the first): a stack taken then is
         // the next job's. Checked after the capture, so a sample of a job that ended just after it is left out

@@ -56,7 +56,7 @@ public enum StallLabel {
     /// The current task's label as the watchdog would read it: from the task's own task-local bindings, then the
     /// table (nil when the layout check has not passed, or there is none).
     static func readBack() -> TaskLabel? {
-        let task = withUnsafeCurrentTask { task in task.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
+        let task = RunningTask.address
         var id: UInt64 = 0
         var entry = cstallmon_label_entry()
         guard task != 0, cstallmon_task_local_value(task, &id) == 1, cstallmon_label_lookup(id, &entry) == 1 else {
@@ -110,7 +110,7 @@ public enum StallLabel {
             let inner = UInt64.random(in: 1...UInt64.max)
             let key = scopeKey
             let bound = await $scope.withValue(Scope(entry: outer, label: nil)) {
-                let task = currentTask()
+                let task = RunningTask.address
                 guard cstallmon_task_locals_find_head(task, key, outer) >= 0 else { return false }
                 let nested = await $scope.withValue(Scope(entry: inner, label: nil)) {
                     async let child = confirm(inner)
@@ -127,12 +127,8 @@ public enum StallLabel {
             return bound && confirm(0)
         }
 
-        private static func currentTask() -> UInt {
-            withUnsafeCurrentTask { task in task.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
-        }
-
         private static func confirm(_ expected: UInt64) -> Bool {
-            cstallmon_task_locals_confirm(currentTask(), expected) == 1
+            cstallmon_task_locals_confirm(RunningTask.address, expected) == 1
         }
     }
 }

@@ -129,6 +129,11 @@ final class PoolWorkerSource: ProbeSource {
                 // A stack taken once the job was over is another job's: the entry then has none.
                 let sample = capturer?.capture(labelID: 0, jobOf: reading)
                 part.sample = sample?.afterJobEnded == true ? nil : sample
+                if reading.isDrain, let sample = part.sample, sample.status == .ok {
+                    // A drain job moves from task to task: the entry's label is that of the task its stack was
+                    // taken in, or none when that can no longer be told.
+                    part.taskLabel = reading.drainedLabel(of: sample)
+                }
                 lender.giveBack(&capturer)
                 cstallmon_worker_unpin(reading.index)
             }

@@ -22,6 +22,9 @@ struct WorkerReading {
     /// A live worker (not one whose thread is exiting).
     var isAlive: Bool { raw.state == 1 }
     var isRunningJob: Bool { raw.sequence & 1 == 1 }
+    /// The running job is an actor's drain job (or another job that is not a task): the tasks it runs are found
+    /// through the worker's active task.
+    var isDrain: Bool { isRunningJob && raw.kind != 0 }
     /// The number of the job running now (1-based), or of the next one to run.
     var jobNumber: UInt64 { (raw.sequence + 1) / 2 }
     var completedJobs: UInt64 { raw.sequence / 2 }
@@ -50,7 +53,17 @@ struct WorkerReading {
     /// or an ancestor's set one and the worker still runs it.
     var label: TaskLabel? {
         var entry = cstallmon_label_entry()
-        guard raw.kind == 0, cstallmon_worker_label(index, raw.sequence, raw.task_id, &entry) == 1 else { return nil }
+        guard cstallmon_worker_label(index, raw.sequence, raw.task_id, &entry) == 1 else { return nil }
+        return TaskLabel(entry)
+    }
+
+    /// The label of the task this actor drain job ran when `sample` stopped the worker, if the drain still runs it:
+    /// what a snapshot's entry shows with that sample, so that both are of one task.
+    func drainedLabel(of sample: RawSample) -> TaskLabel? {
+        guard isDrain, sample.drainedTask != 0 else { return nil }
+        var entry = cstallmon_label_entry()
+        guard cstallmon_worker_drained_task_label(index, raw.sequence, sample.drainedTask, sample.drainedJobId,
+                                                  &entry) == 1 else { return nil }
         return TaskLabel(entry)
     }
 

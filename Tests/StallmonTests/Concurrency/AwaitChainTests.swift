@@ -53,12 +53,14 @@ struct AwaitChainTests {
         #expect(chain.count >= awaiting.count, "\(described)", sourceLocation: sourceLocation)
     }
 
-    @Test("a task, a group's child, a lock, an actor's method, main-actor code: each stall names its awaiting functions")
+    @Test("a task, a group's child, a lock, an actor's method, an actor's drain job, main-actor code: each stall names its awaiting functions")
     func chains() async throws {
         let run = try await ConcurrencyStallMonitorTests.run("await-chains")
         #expect(run.status == 0, "\(run.output) \(run.errors)")
         #expect(run.value("layout") == "1", "the runtime's layout check passed")
-        #expect(run.reports.count == 6, "\(run.reports.map(\.topFrame))")
+        #expect(run.value("drain") == "1 1", "the drain check passed: chains and the active task")
+        // The held actor's holder and the method that waited for it are two stalls.
+        #expect(run.reports.count == 8, "\(run.reports.map(\.topFrame))")
         let layers = ["fetchLedger", "loadAccount", "handleRequest"]
         let cpu = run.reports.first { $0.topFrame?.symbol.contains("spinCPU") == true
             && Self.hottest($0).contains { $0.symbol?.contains("readLedgerRecord") == true } }
@@ -74,11 +76,19 @@ struct AwaitChainTests {
         let actor = Self.report(through: "Accounts.settle", in: run)
         Self.expectChain(actor, physical: "readLedgerRecord",
                          awaiting: ["fetchLedger", "loadAccount", "Accounts.settle"])
+        // A method the call had to wait for runs in the actor's drain job: no task of its own (no task id), yet the
+        // awaiting functions and the request's label of the task it ran then.
+        let drained = Self.report(through: "Vault.audit", in: run)
+        Self.expectChain(drained, physical: "auditLedger", awaiting: ["auditRequest", "auditWhileHeld"])
+        #expect(drained?.job?.kind == "actor" && drained?.job?.taskId == nil, "\(String(describing: drained?.job))")
+        #expect(drained?.label == "POST /audit")
+        let holder = Self.report(through: "Vault.hold", in: run)
+        #expect(holder?.job?.kind == "task" && holder?.label.isEmpty == true, "\(String(describing: holder?.label))")
         let main = Self.report(through: "readOnMain", in: run)
         #expect(main?.loop == "main-actor")
         Self.expectChain(main, physical: "readOnMain", awaiting: ["fetchOnMain", "loadOnMain", "handleOnMain"])
         // Every chain ends at its task's root, the runtime's completion (not in-app).
-        for report in [cpu, lock, child, actor, main].compactMap({ $0 }) {
+        for report in [cpu, lock, child, actor, drained, main].compactMap({ $0 }) {
             let last = Self.hottest(report).last { $0.async == true }
             #expect(last?.symbol?.contains("completeTask") == true, "\(last?.symbol ?? "-")")
             #expect(report.samples.allSatisfy { $0.awaitChainTruncated == nil })
@@ -124,6 +134,7 @@ struct AwaitChainTests {
         let snapshots = names.filter { $0.hasPrefix("snapshot-") && $0.hasSuffix(".json") }
             .compactMap { try? ReportReader.read(run.directory + "/" + $0) }
         var checked = 0
+        var drained = 0
         for report in run.reports + snapshots {
             for sample in report.samples where sample.status == .ok {
                 let frames = sample.frames.compactMap { report.frames.indices.contains($0) ? report.frames[$0] : nil }
@@ -133,6 +144,8 @@ struct AwaitChainTests {
                 for (mine, theirs) in [("alpha", "beta"), ("beta", "alpha")]
                 where own.contains(where: { $0.contains("ChurnChains.\(mine)Inner") }) {
                     checked += 1
+                    // Taken in the shared actor's drain job, which ran both kinds one after another.
+                    if report.job?.kind == "actor" { drained += 1 }
                     #expect(!awaiting.contains { $0.contains("ChurnChains.\(theirs)") },
                             "a \(mine) job's chain names \(theirs): \(awaiting)")
                     // Its outer function is on the thread's stack when the inner one did not suspend (Task.yield
@@ -142,6 +155,8 @@ struct AwaitChainTests {
             }
         }
         #expect(checked >= 20, "samples of jobs with a chain checked: \(checked)")
+        #expect(run.value("drain") == "1 1", "the drain check passed")
+        #expect(drained >= 5, "samples of drain jobs with a chain checked: \(drained)")
 
         // Labels read while thousands of labelled tasks begin and end: never the other kind's. A stall's label is read
         // at its begin and its samples are of the same job. (A starvation's culprits are not compared: a culprit's
@@ -151,10 +166,13 @@ struct AwaitChainTests {
         var labelled = 0
         func churnFrames(_ stack: HottestStack?, in report: StallReport) -> [String] {
             (stack?.frames ?? []).compactMap { report.frames.indices.contains($0) ? report.frames[$0].symbol : nil }
-                .filter { $0.contains("ChurnChains.") }
+                .filter { $0.contains("ChurnChains.") && !$0.contains("ChurnChains.Shared.") }  // both kinds'
         }
         var labelledStacks: [(label: String, stack: [String])] = []
-        for report in run.reports {
+        // A drain job's label is that of the task it ran at the detection, while its samples go on through the tasks
+        // it runs next: not compared (a snapshot's drain entry is, as its label is read for the task its sample
+        // caught).
+        for report in run.reports where report.job?.kind != "actor" {
             if report.kind == nil && !report.label.isEmpty {
                 labelledStacks.append((report.label, churnFrames(report.hottestStack, in: report)))
             }

@@ -367,6 +367,13 @@ struct ConcurrencyStallMonitorTests {
         let export = Self.check(run, job: "export", topFrame: "AsyncStalls.readExportArchive",
                                 loop: "swift-global-executor", executor: "global", stallClass: .blocked)
         #expect(export?.label == "POST /export")
+        // The runtime's thread-local active task lies in the executable's own block: an actor's drain job gets its
+        // running task's chain and label here too.
+        let chains = try await Self.run("await-chains", executable: executable)
+        #expect(chains.value("drain") == "1 1", "the drain check passed: \(chains.output)")
+        let drained = AwaitChainTests.report(through: "Vault.audit", in: chains)
+        AwaitChainTests.expectChain(drained, physical: "auditLedger", awaiting: ["auditRequest", "auditWhileHeld"])
+        #expect(drained?.job?.kind == "actor" && drained?.label == "POST /audit")
     }
 
     /// A stall inside Foundation's JSONEncoder, called from the fixture's own function. With `--static-swift-stdlib`

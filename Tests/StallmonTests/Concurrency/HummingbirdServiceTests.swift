@@ -160,7 +160,8 @@ struct HummingbirdServiceTests {
             #expect(report?.thread.tid == handler.tid, "\(name): the worker that ran the handler")
             #expect(report?.job?.executor == "global")
             #expect(report?.label == route, "\(name): labelled with the route pattern by StallLabelMiddleware")
-            #expect((report?.durationMs ?? 0) >= handler.ms - 0.05, "\(name): the job holds the handler")
+            #expect((report?.durationMs ?? 0) >= handler.ms - 0.05,
+                    "\(name): the job holds the handler (\(report?.durationSource ?? "-"), frozen \(report?.frozenMs ?? 0) ms)")
             if name == "lock" {
                 #expect(report?.waitingOn?.first?.holderName == "ledger-writer", "the lock's holder named")
             }
