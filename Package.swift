@@ -161,8 +161,8 @@ let package = Package(
         // A child process of ConcurrencyStallMonitorTests: plain Swift Concurrency that stalls the global executor.
         .executableTarget(
             name: "stallmon-async-fixture",
-            dependencies: ["Stallmon", "StallmonLoop", "CStallmonCapture", "CStallmonConcurrency", "CStallmonLoopShims",
-                           .product(name: "NIOCore", package: "swift-nio"),
+            dependencies: ["Stallmon", "StallmonLoop", "StallmonNIO", "CStallmonCapture", "CStallmonConcurrency",
+                           "CStallmonLoopShims", .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "Instrumentation", package: "swift-distributed-tracing")],
             path: "Tests/StallmonAsyncFixture"

@@ -66,6 +66,7 @@ typedef struct {
     int32_t in_loader;          // the handler found the thread inside the dynamic loader
     int32_t unknown_image;      // the stack reached code in no known image: it ends there
     _Atomic int32_t warmed;     // the thread ran cstallmon_warm_up: libunwind's per-thread trace cache exists
+    _Atomic uintptr_t thread;   // its pthread_self(), recorded at warm-up (0: unknown)
     uint32_t truncated;
     int32_t unwind_error;
     uint64_t entered_ns;

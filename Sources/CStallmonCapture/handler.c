@@ -152,15 +152,14 @@ static void record_job_context(capture_slot *slot) {
     const uintptr_t resume_call = atomic_load_explicit(&g_state.resume_call, memory_order_relaxed);
     if (end == 0 || resume_call == 0) return;
     // The outermost runner: a job run inside another job of the same thread is not the one the worker's probe
-    // shows (the outer job is).
-    uint32_t runner = 0;
+    // shows (the outer job is). On a thread without one (a loop's executor runs the job), the whole stack.
+    uint32_t runner = slot->frame_count;
     for (uint32_t index = slot->frame_count; index-- > 1;) {
         if (slot->frames[index] >= start && slot->frames[index] < end) {
             runner = index;
             break;
         }
     }
-    if (runner == 0) return;
     // frames[k] is the return address into frame k, so the frame the runtime called there is k - 1.
     for (uint32_t call = runner; call-- > 1;) {
         if (slot->frames[call] != resume_call) continue;

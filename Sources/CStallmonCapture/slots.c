@@ -90,6 +90,7 @@ int cstallmon_slot_acquire(pid_t tid) {
         atomic_store(&slot->warmed, 0);
         slot->stack_low = 0;
         slot->stack_high = 0;
+        atomic_store_explicit(&slot->thread, 0, memory_order_relaxed);
         atomic_store(&slot->tid, tid);
         atomic_store(&slot->state, SLOT_IDLE);
         chosen = index;
@@ -333,6 +334,11 @@ void cstallmon_capture_recording_word(int index, uintptr_t *frames, uintptr_t *f
     settle_slot(slot, SLOT_DONE);
 }
 
+uintptr_t cstallmon_slot_thread(int index) {
+    const capture_slot *slot = cstallmon_slot_at(index);
+    return slot != NULL && atomic_load(&slot->warmed) ? atomic_load_explicit(&slot->thread, memory_order_relaxed) : 0;
+}
+
 int cstallmon_warm_up(int index) {
     // The signal is ours; a mask inherited from whoever created this thread (test runners, thread pools block
     // everything) must not hide the loop from the watchdog.
@@ -357,7 +363,10 @@ int cstallmon_warm_up(int index) {
             pthread_attr_destroy(&attributes);
         }
     }
-    if (warmed != NULL) atomic_store(&warmed->warmed, 1);
+    if (warmed != NULL) {
+        atomic_store_explicit(&warmed->thread, (uintptr_t)pthread_self(), memory_order_relaxed);
+        atomic_store(&warmed->warmed, 1);
+    }
     uintptr_t frames[64];
     cstallmon_capture_result result;
     // A self-signal is delivered before tgkill returns unless blocked, so the wait is only a guard.

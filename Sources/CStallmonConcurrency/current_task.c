@@ -130,17 +130,25 @@ int cstallmon_current_task_layout(void) {
     return atomic_load_explicit(&g_layout, memory_order_acquire);
 }
 
-uintptr_t cstallmon_worker_active_task_address(int index) {
-    uintptr_t thread;
-    if (atomic_load_explicit(&g_layout, memory_order_acquire) != 1 || !cstallmon_worker_thread(index, &thread)) return 0;
+uintptr_t cstallmon_thread_active_task_address(uintptr_t thread) {
+    if (atomic_load_explicit(&g_layout, memory_order_acquire) != 1 || thread == 0) return 0;
     return thread + (uintptr_t)atomic_load_explicit(&g_offset, memory_order_relaxed);
 }
 
-bool cstallmon_worker_current_task(int index, uintptr_t *task) {
-    *task = 0;
-    if (atomic_load_explicit(&g_layout, memory_order_acquire) != 1) return false;
+uintptr_t cstallmon_worker_active_task_address(int index) {
     uintptr_t thread;
-    if (!cstallmon_worker_thread(index, &thread)) return false;
-    return read_word(thread, atomic_load_explicit(&g_offset, memory_order_relaxed), task) && *task != 0 &&
-           (*task & 15) == 0;
+    return cstallmon_worker_thread(index, &thread) ? cstallmon_thread_active_task_address(thread) : 0;
+}
+
+uintptr_t cstallmon_thread_active_task(uintptr_t thread) {
+    const uintptr_t address = cstallmon_thread_active_task_address(thread);
+    uintptr_t task = 0;
+    if (address == 0 || !read_own(address, &task, sizeof task) || (task & 15) != 0) return 0;
+    return task;
+}
+
+bool cstallmon_worker_current_task(int index, uintptr_t *task) {
+    uintptr_t thread;
+    *task = cstallmon_worker_thread(index, &thread) ? cstallmon_thread_active_task(thread) : 0;
+    return *task != 0;
 }

@@ -14,6 +14,7 @@ import NIOCore
 import NIOPosix
 import Stallmon
 import StallmonLoop
+import StallmonNIO
 import Synchronization
 
 let arguments = CommandLine.arguments
@@ -444,6 +445,61 @@ extension AwaitChains {
     }
 }
 
+/// An actor pinned to a `Looper`: its methods run on the loop thread, in jobs the loop's executor runs.
+actor Teller {
+    let loop: Looper
+    init(loop: Looper) { self.loop = loop }
+    nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
+
+    @inline(never)
+    func post() -> Int {
+        var result = 0
+        measured("loop-chain") { result = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+        return result
+    }
+}
+
+/// An actor pinned to a SwiftNIO event loop, as a service pins one to its channel's loop.
+actor Clerk {
+    let eventLoop: any EventLoop
+    init(eventLoop: any EventLoop) { self.eventLoop = eventLoop }
+    nonisolated var unownedExecutor: UnownedSerialExecutor { eventLoop.executor.asUnownedSerialExecutor() }
+
+    @inline(never)
+    func withdraw() -> Int {
+        var result = 0
+        measured("nio-chain") { result = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+        return result
+    }
+}
+
+/// Two async functions of the fixture, each suspending once, then the loop-pinned actor's method.
+enum LoopChains {
+    @inline(never)
+    static func handleWithdrawal(_ clerk: Clerk) async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await recordWithdrawal(clerk) + 1
+    }
+
+    @inline(never)
+    static func recordWithdrawal(_ clerk: Clerk) async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await clerk.withdraw() + 1
+    }
+
+    @inline(never)
+    static func handleDeposit(_ teller: Teller) async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await recordDeposit(teller) + 1
+    }
+
+    @inline(never)
+    static func recordDeposit(_ teller: Teller) async -> Int {
+        try? await Task.sleep(for: .milliseconds(1))
+        return await teller.post() + 1
+    }
+}
+
 /// An actor whose method awaits the fixture's functions.
 actor Accounts {
     @inline(never)
@@ -527,6 +583,36 @@ case "await-chains":
     try? await Task.sleep(for: .milliseconds(50))
     _ = await Task.detached { await AwaitChains.descend(Int(CSTALLMON_MAX_AWAIT_FRAMES) + 10) }.value
     try? await Task.sleep(for: .milliseconds(200))
+    monitor.stop()
+    report()
+
+case "loop-chains":
+    // Async code a Looper's executor runs (an actor pinned to the loop): its stall is the loop's, and names the
+    // functions that awaited it. The ConcurrencyStallMonitor's checks at start find the layouts the chain rests on.
+    let monitor = makeMonitor()
+    monitor.start()
+    for _ in 0..<400 where cstallmon_concurrency_drain_chains() == 0 { try? await Task.sleep(for: .milliseconds(5)) }
+    say("drain \(cstallmon_concurrency_drain_chains()) \(cstallmon_current_task_layout())")
+    let loop = try Looper(name: "chain-loop")
+    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
+                                                  reportDirectory: reportDirectory)
+    configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
+    let loopMonitor = try LooperStallMonitor(loop: loop, configuration: configuration)
+    loopMonitor.start()
+    let keepAlive = loop.schedule(every: .seconds(1), label: "keep-alive") {}
+    Thread.detachNewThread { loop.run(for: .seconds(30)) }
+    _ = await LoopChains.handleDeposit(Teller(loop: loop))
+    // The same on a SwiftNIO event loop, through its executor.
+    let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    let nioMonitor = try NIOStallMonitor(group: group, configuration: configuration)
+    nioMonitor.start()
+    _ = await LoopChains.handleWithdrawal(Clerk(eventLoop: group.next()))
+    try? await Task.sleep(for: .milliseconds(200))
+    keepAlive.cancel()
+    loop.stop()
+    loopMonitor.stop()
+    nioMonitor.stop()
+    try? await group.shutdownGracefully()
     monitor.stop()
     report()
 

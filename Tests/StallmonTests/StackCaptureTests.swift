@@ -170,7 +170,7 @@ struct StackCaptureTests {
         func capture(_ address: UInt) -> (word: UInt, pointed: UInt32)? {
             let (sample, _) = capturer.capture(labelID: 0, framePointers: capturer.framePointerBuffer,
                                                activeTask: address == 0 ? nil : (address, 32))
-            return sample.status == .ok ? (sample.drainedTask, sample.drainedJobId) : nil
+            return sample.status == .ok ? (sample.activeTask, sample.activeTaskJobId) : nil
         }
         let recorded = try #require(capture(UInt(bitPattern: word)))
         #expect(recorded.word == UInt(bitPattern: record) && recorded.pointed == 0x9abc_def0)

@@ -165,7 +165,8 @@ void cstallmon_capture_recording_word(int slot, uintptr_t *frames, uintptr_t *fr
 /// Where an async job's first frame is, for captures with frame pointers: frames whose address lies in
 /// [`runner_start`, `runner_end`) are the executor's job runners, and inside the outermost of them, the job's first
 /// frame is the outermost one the runtime called with `resume_call` as the return address (the call into a task's
-/// partial function: right under the runner's runtime frames for a task's job, deeper in an actor's drain job). The
+/// partial function: right under the runner's runtime frames for a task's job, deeper in an actor's drain job). On a
+/// thread with no such runner (a loop whose own executor runs the job), the outermost such frame of the stack. The
 /// handler then reads, from the thread's own stack, the async context below that frame's frame pointer (`job_frame`,
 /// `job_context` of the result). Set once the await-chain layout check passed; until then nothing is read.
 /// Async-signal-safe (atomic stores).
@@ -190,6 +191,11 @@ void cstallmon_set_test_hook_after_capture(void (*hook)(int slot));
 /// per-thread state are warmed up before the first real capture. Call once on each monitored thread at start.
 /// Returns a cstallmon_capture_status. NOT async-signal-safe.
 int cstallmon_warm_up(int slot);
+
+/// The pthread_self() of the slot's thread, recorded by `cstallmon_warm_up` (0 before): where its thread-local
+/// variables are (a loop thread's active task, for the await chain of async code the loop runs). Async-signal-safe
+/// (atomic loads).
+uintptr_t cstallmon_slot_thread(int slot);
 
 /// 1 if thread `tid` of this process blocks `signal_number` (SigBlk in /proc/self/task/TID/status), 0 if not,
 /// -1 if that file could not be read. NOT async-signal-safe (stdio).

@@ -347,6 +347,22 @@ int cstallmon_worker_drained_task_label(int index, uint64_t sequence, uintptr_t 
 /// Async-signal-safe (atomic loads).
 uintptr_t cstallmon_worker_active_task_address(int index);
 
+/// The same for the thread whose pthread_self() is `thread` (a loop thread: `cstallmon_slot_thread`).
+/// Async-signal-safe (atomic loads).
+uintptr_t cstallmon_thread_active_task_address(uintptr_t thread);
+
+/// The task that thread runs now (its active task), or 0: none, or the check has not passed. Async-signal-safe
+/// (process_vm_readv and atomics).
+uintptr_t cstallmon_thread_active_task(uintptr_t thread);
+
+/// The await chain of the task a loop thread (pthread_self() `thread`) ran when a capture stopped it: `task` and
+/// `job_id`, the capture's recorded words; `job_context` and `job_frame_pointer`, as for
+/// `cstallmon_worker_await_chain`. Returned only if, after the reads, the thread still runs that task, of that id,
+/// and the function found still runs in its frame (and the checks at start passed). Returns the count or -1. For the
+/// watchdog thread; NOT async-signal-safe.
+int cstallmon_thread_await_chain(uintptr_t thread, uintptr_t task, uint32_t job_id, uintptr_t job_context,
+                                 uintptr_t job_frame_pointer, uintptr_t *out, uint32_t capacity, uint32_t *truncated);
+
 /// How many workers ran jobs unwatched because every probe was taken. Async-signal-safe.
 uint64_t cstallmon_concurrency_unwatched_workers(void);
 

@@ -42,10 +42,10 @@ struct RawSample: Sendable {
     /// For a pool worker: its job was over when the capture returned, so the stack may be the next job's (or an
     /// idle worker's): no evidence of this job, as a loop's sample taken after the iteration's end.
     var afterJobEnded = false
-    /// For an actor's drain job: the task it ran when the capture stopped the worker (the runtime's active task, read
-    /// by the handler), 0 when unknown, and that task's job id, read then too.
-    var drainedTask: UInt = 0
-    var drainedJobId: UInt32 = 0
+    /// For an actor's drain job or a loop thread: the task it ran when the capture stopped it (the runtime's active
+    /// task, read by the handler), 0 when none or unknown, and that task's job id, read then too.
+    var activeTask: UInt = 0
+    var activeTaskJobId: UInt32 = 0
 
     /// A sample that has no stack because of `status` (no slot, the thread could not be signalled), taken now.
     static func failed(_ status: CaptureStatus, labelID: UInt32) -> RawSample {
@@ -90,8 +90,8 @@ final class StackCapturer {
 
     /// A sample, and, when `framePointers` (room for `maxFrames`, e.g. `framePointerBuffer`) is given and the
     /// handler found an async job's first frame, that frame and its context (nil otherwise). With `activeTask` (where
-    /// a drain job's worker keeps its active task, and where a task keeps its job id), the sample's `drainedTask` is
-    /// what that word held at the capture, and `drainedJobId` that task's job id.
+    /// the thread keeps its active task, and where a task keeps its job id), the sample's `activeTask` is what that
+    /// word held at the capture, and `activeTaskJobId` that task's job id.
     func capture(labelID: UInt32, framePointers: UnsafeMutablePointer<UInt>?,
                  activeTask: (address: UInt, jobIdOffset: UInt)? = nil)
         -> (sample: RawSample, jobFrame: JobFrame?) {
@@ -107,8 +107,8 @@ final class StackCapturer {
                                labelID: labelID)
         sample.handlerReplaced = result.handler_replaced != 0
         sample.unknownImage = result.unknown_image != 0
-        sample.drainedTask = result.recorded_word
-        sample.drainedJobId = UInt32(truncatingIfNeeded: result.pointed_word)  // Job::Id: the low half, little-endian
+        sample.activeTask = result.recorded_word
+        sample.activeTaskJobId = UInt32(truncatingIfNeeded: result.pointed_word)  // Job::Id: the low half, little-endian
         guard let framePointers, result.has_frame_pointers != 0, result.job_frame < result.frame_count else {
             return (sample, nil)
         }

@@ -22,16 +22,33 @@ package struct AwaitChain: Sendable, Equatable {
     /// The chain of the job `reading` shows running, from the context the handler found below its first frame:
     /// nil when it ended, that function returned, or (in an actor's drain job) the drain moved on to another task
     /// before the chain was read, or when the layout checks have not passed.
-    static func of(_ reading: WorkerReading, jobFrame: StackCapturer.JobFrame, drainedTask: UInt,
-                   drainedJobId: UInt32) -> AwaitChain? {
+    static func of(_ reading: WorkerReading, jobFrame: StackCapturer.JobFrame, activeTask: UInt,
+                   activeTaskJobId: UInt32) -> AwaitChain? {
         guard reading.isRunningJob else { return nil }
         let capacity = Self.maxResumePoints
         var truncated: UInt32 = 0
         var read: Int32 = -1
         let resumePoints = [UInt](unsafeUninitializedCapacity: capacity) { buffer, count in
             read = cstallmon_worker_await_chain(reading.index, reading.jobSequence, jobFrame.context,
-                                                jobFrame.framePointer, drainedTask, drainedJobId,
+                                                jobFrame.framePointer, activeTask, activeTaskJobId,
                                                 buffer.baseAddress, UInt32(capacity), &truncated)
+            count = max(0, Int(read))
+        }
+        guard read > 0 else { return nil }
+        return AwaitChain(resumePoints: resumePoints, truncated: truncated != 0, attachedFrame: jobFrame.index)
+    }
+
+    /// The chain of the task a loop thread (`thread`, its pthread_self()) ran when `sample` stopped it: nil when it
+    /// ran none, moved on before the chain was read, or the checks at start have not passed.
+    static func of(_ sample: RawSample, onThread thread: UInt, jobFrame: StackCapturer.JobFrame) -> AwaitChain? {
+        guard sample.activeTask != 0 else { return nil }
+        let capacity = Self.maxResumePoints
+        var truncated: UInt32 = 0
+        var read: Int32 = -1
+        let resumePoints = [UInt](unsafeUninitializedCapacity: capacity) { buffer, count in
+            read = cstallmon_thread_await_chain(thread, sample.activeTask, sample.activeTaskJobId, jobFrame.context,
+                                                jobFrame.framePointer, buffer.baseAddress, UInt32(capacity),
+                                                &truncated)
             count = max(0, Int(read))
         }
         guard read > 0 else { return nil }
@@ -89,8 +106,8 @@ extension StackCapturer {
             labelID: labelID, framePointers: framePointerBuffer,
             activeTask: activeTask == 0 ? nil : (activeTask, UInt(CSTALLMON_TASK_JOB_ID_OFFSET)))
         if sample.status == .ok, let jobFrame {
-            sample.awaitChain = AwaitChain.of(reading, jobFrame: jobFrame, drainedTask: sample.drainedTask,
-                                              drainedJobId: sample.drainedJobId)
+            sample.awaitChain = AwaitChain.of(reading, jobFrame: jobFrame, activeTask: sample.activeTask,
+                                              activeTaskJobId: sample.activeTaskJobId)
         }
         // The job may have ended between the watchdog's reading and the signal (a starvation's culprit a moment
         // from its end; two long jobs back to back, which keep no exact end of the first): a stack taken then is
@@ -99,6 +116,20 @@ extension StackCapturer {
         if sample.status == .ok, WorkerReading.read(index: reading.index).map({ $0.isSameJob(as: reading) }) != true {
             sample.afterJobEnded = true
             sample.awaitChain = nil
+        }
+        return sample
+    }
+
+    /// One sample of a loop thread (a `Looper`, an event loop; `thread` is its pthread_self(), 0 when unknown), with
+    /// the await chain of the task whose job it runs when it runs one: async code the loop's executor runs. Frame
+    /// pointers (a slower unwind) only when the thread runs a task as the capture begins.
+    func capture(labelID: UInt32, loopThread thread: UInt) -> RawSample {
+        let activeTask = cstallmon_thread_active_task_address(thread)
+        guard activeTask != 0, cstallmon_thread_active_task(thread) != 0 else { return capture(labelID: labelID) }
+        var (sample, jobFrame) = capture(labelID: labelID, framePointers: framePointerBuffer,
+                                         activeTask: (activeTask, UInt(CSTALLMON_TASK_JOB_ID_OFFSET)))
+        if sample.status == .ok, let jobFrame {
+            sample.awaitChain = AwaitChain.of(sample, onThread: thread, jobFrame: jobFrame)
         }
         return sample
     }

@@ -25,6 +25,8 @@ final class LoopThreadSource: ProbeSource {
     private var loopStats: LoopStatsReporter?
     private var capturer: StackCapturer?
     private var boundThread: Int32 = 0
+    /// The bound thread's pthread_self() (recorded when it warmed up; 0 until then): where its active task is.
+    private var loopThread: UInt = 0
     /// How often an unbound loop thread is looked for.
     private let idlePoll: UInt64
     let threadName = "stallmon-watch"
@@ -50,7 +52,7 @@ final class LoopThreadSource: ProbeSource {
         var part = SnapshotCoordinator.Part(name: loopName, kind: "loop", tid: boundThread == 0 ? nil : boundThread)
         if case .busy(_, let since) = probe.read() { part.busySince = since }
         part.labelID = currentLabel()
-        part.sample = capturer?.capture(labelID: part.labelID)
+        part.sample = capturer?.capture(labelID: part.labelID, loopThread: loopThread)
         return ([part], part.sample != nil)
     }
 
@@ -60,11 +62,13 @@ final class LoopThreadSource: ProbeSource {
             capturer = StackCapturer(slot: bound.slot, maxFrames: configuration.maxFrames,
                                      timeout: configuration.captureTimeout)
             boundThread = bound.tid
+            loopThread = cstallmon_slot_thread(bound.slot)
             reportThreadBinding(bound)
         }
         let probe = probe
         let target = StallTracker.Target(
-            tid: boundThread, capture: capturer.map { capturer in { capturer.capture(labelID: $0) } },
+            tid: boundThread,
+            capture: capturer.map { capturer in { [loopThread] in capturer.capture(labelID: $0, loopThread: loopThread) } },
             longIterationRecord: { probe.longIterationRecord($0) }, currentLabel: currentLabel,
             currentMode: currentMode)
         let tracked = tracker.step(probe.read(), now: now, target: target, freezes: freezes)

@@ -60,9 +60,9 @@ struct WorkerReading {
     /// The label of the task this actor drain job ran when `sample` stopped the worker, if the drain still runs it:
     /// what a snapshot's entry shows with that sample, so that both are of one task.
     func drainedLabel(of sample: RawSample) -> TaskLabel? {
-        guard isDrain, sample.drainedTask != 0 else { return nil }
+        guard isDrain, sample.activeTask != 0 else { return nil }
         var entry = cstallmon_label_entry()
-        guard cstallmon_worker_drained_task_label(index, raw.sequence, sample.drainedTask, sample.drainedJobId,
+        guard cstallmon_worker_drained_task_label(index, raw.sequence, sample.activeTask, sample.activeTaskJobId,
                                                   &entry) == 1 else { return nil }
         return TaskLabel(entry)
     }

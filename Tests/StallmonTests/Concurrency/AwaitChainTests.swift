@@ -95,6 +95,26 @@ struct AwaitChainTests {
         }
     }
 
+    @Test("async code a Looper's and an event loop's executor run: the loop's stall names its awaiting functions")
+    func loopChains() async throws {
+        let run = try await ConcurrencyStallMonitorTests.run("loop-chains")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.value("drain") == "1 1", "the checks at start passed")
+        #expect(run.reports.count == 2, "\(run.reports.map(\.loop))")
+        // An actor pinned to the Looper: the stall is the loop's, its stack the loop thread's, then the callers.
+        let looper = Self.report(through: "Teller.post", in: run)
+        #expect(looper?.loop == "chain-loop" && looper?.job == nil)
+        Self.expectChain(looper, physical: "recordDeposit", awaiting: ["handleDeposit"])
+        // An actor pinned to a SwiftNIO event loop (`EventLoop.executor`), watched by NIOStallMonitor.
+        let eventLoop = Self.report(through: "Clerk.withdraw", in: run)
+        #expect(eventLoop?.loop.hasPrefix("NIO-ELT-") == true, "\(eventLoop?.loop ?? "-")")
+        Self.expectChain(eventLoop, physical: "recordWithdrawal", awaiting: ["handleWithdrawal"])
+        for report in [looper, eventLoop].compactMap({ $0 }) {
+            let last = Self.hottest(report).last { $0.async == true }
+            #expect(last?.symbol?.contains("completeTask") == true, "\(last?.symbol ?? "-")")
+        }
+    }
+
     @Test("a chain longer than stallmon follows is cut at 64 resume points; report --chains tells call sites apart")
     func truncatedAndGrouped() async throws {
         let run = try await ConcurrencyStallMonitorTests.run("await-chains")
