@@ -139,8 +139,10 @@ static int fast_trace_into(capture_slot *slot, void *ucontext) {
 // Async-signal-safe (atomic loads, one process_vm_readv of the thread's own stack, which fails instead of faulting).
 // For an async job's await chain: the job's first frame (the async function the runtime resumed) is the outermost
 // frame inside the outermost job runner that the runtime called with the resume call's return address (in a task's
-// job, right under the runner's runtime frames; in an actor's drain job, under the drain's), and its async context
-// is the word below its frame pointer. Read here, while the thread is held in the handler: once it runs on, that
+// job, right under the runner's runtime frames; in an actor's drain job, under the drain's); on a thread without a
+// runner (a loop's own executor runs the job), the innermost such frame of the stack, which is the active task's
+// also when a nested run of the loop runs a job inside another; and its async context is the word below its frame
+// pointer. Read here, while the thread is held in the handler: once it runs on, that
 // function may return within the same job and another take its frame (the watchdog then finds a different context
 // there).
 static void record_job_context(capture_slot *slot) {
@@ -152,8 +154,9 @@ static void record_job_context(capture_slot *slot) {
     const uintptr_t resume_call = atomic_load_explicit(&g_state.resume_call, memory_order_relaxed);
     if (end == 0 || resume_call == 0) return;
     // The outermost runner: a job run inside another job of the same thread is not the one the worker's probe
-    // shows (the outer job is). On a thread without one (a loop's executor runs the job), the whole stack.
-    uint32_t runner = slot->frame_count;
+    // shows (the outer job is). On a thread without one (a loop's executor runs the job), the whole stack, innermost
+    // first: the runtime's active task is the innermost job's.
+    uint32_t runner = 0;
     for (uint32_t index = slot->frame_count; index-- > 1;) {
         if (slot->frames[index] >= start && slot->frames[index] < end) {
             runner = index;
@@ -161,7 +164,10 @@ static void record_job_context(capture_slot *slot) {
         }
     }
     // frames[k] is the return address into frame k, so the frame the runtime called there is k - 1.
-    for (uint32_t call = runner; call-- > 1;) {
+    const int innermost_first = runner == 0;
+    const uint32_t calls = innermost_first ? slot->frame_count : runner;
+    for (uint32_t step = 1; step < calls; step++) {
+        const uint32_t call = innermost_first ? step : calls - step;
         if (slot->frames[call] != resume_call) continue;
         const uint32_t first = call - 1;
         const uintptr_t frame_pointer = slot->frame_pointers[first];

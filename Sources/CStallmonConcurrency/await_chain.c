@@ -104,8 +104,11 @@ int cstallmon_thread_await_chain(uintptr_t thread, uintptr_t task, uint32_t job_
     *truncated = 0;
     if (atomic_load_explicit(&g_layout, memory_order_acquire) != 1 || task == 0 || job_context == 0) return -1;
     const int count = cstallmon_task_await_chain(task, job_context, job_frame_pointer, out, capacity, truncated);
-    // Still that task on that thread after the reads: it ran throughout, so its callers stayed suspended.
-    if (count < 0 || cstallmon_thread_active_task(thread) != task || !cstallmon_task_has_job_id(task, job_id)) return -1;
+    // Still that task on that thread after the reads (the caller checks that the loop is still in the same iteration):
+    // its callers stayed suspended.
+    if (count < 0 || cstallmon_thread_active_task(thread) != task || !cstallmon_task_has_job_id(task, job_id)) {
+        return -1;
+    }
     return count;
 }
 

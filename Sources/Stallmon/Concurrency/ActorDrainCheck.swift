@@ -25,9 +25,10 @@ enum ActorDrainCheck {
         cstallmon_current_task_set_verdict(activeTask ? 1 : 0)
         cstallmon_concurrency_set_drain_chains(chains ? 1 : 0)
         if !activeTask || (!chains && cstallmon_concurrency_await_chain_layout() == 1) {
+            let missing = activeTask ? "await chain" : "label or await chain (nor async code on a loop an await chain)"
             logger.notice("""
-                stallmon: code an actor's drain job runs gets no \(activeTask ? "await chain" : "label or await chain") \
-                on this Swift runtime (the running task is not where this build looks for it)
+                stallmon: code an actor's drain job runs gets no \(missing) on this Swift runtime (the running task \
+                is not where this build looks for it)
                 """)
         }
     }

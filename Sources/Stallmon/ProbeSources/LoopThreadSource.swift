@@ -52,7 +52,9 @@ final class LoopThreadSource: ProbeSource {
         var part = SnapshotCoordinator.Part(name: loopName, kind: "loop", tid: boundThread == 0 ? nil : boundThread)
         if case .busy(_, let since) = probe.read() { part.busySince = since }
         part.labelID = currentLabel()
-        part.sample = capturer?.capture(labelID: part.labelID, loopThread: loopThread)
+        part.sample = capturer.map {
+            Self.capture(with: $0, labelID: part.labelID, probe: probe, loopThread: loopThread)
+        }
         return ([part], part.sample != nil)
     }
 
@@ -62,17 +64,33 @@ final class LoopThreadSource: ProbeSource {
             capturer = StackCapturer(slot: bound.slot, maxFrames: configuration.maxFrames,
                                      timeout: configuration.captureTimeout)
             boundThread = bound.tid
-            loopThread = cstallmon_slot_thread(bound.slot)
             reportThreadBinding(bound)
         }
+        // Each pass: a binding replaced by another of the same slot (A, B, then A again) leaves the index alone.
+        loopThread = cstallmon_slot_thread(bound.slot)
         let probe = probe
         let target = StallTracker.Target(
             tid: boundThread,
-            capture: capturer.map { capturer in { [loopThread] in capturer.capture(labelID: $0, loopThread: loopThread) } },
+            capture: capturer.map { capturer in
+                { [loopThread] in Self.capture(with: capturer, labelID: $0, probe: probe, loopThread: loopThread) }
+            },
             longIterationRecord: { probe.longIterationRecord($0) }, currentLabel: currentLabel,
             currentMode: currentMode)
         let tracked = tracker.step(probe.read(), now: now, target: target, freezes: freezes)
         return ProbePass(wakeAt: tracked.wakeAt, waitedOnItsOwnWork: tracked.waitedOnItsOwnWork)
+    }
+
+    /// One sample, with the await chain of the task the loop ran (async code its executor runs), kept only if the
+    /// loop was still in the same iteration after the chain was read: the task could otherwise have suspended and
+    /// run again meanwhile.
+    private static func capture(with capturer: StackCapturer, labelID: UInt32, probe: LoopProbe,
+                                loopThread: UInt) -> RawSample {
+        let before = probe.read()
+        var sample = capturer.capture(labelID: labelID, loopThread: loopThread)
+        var sameIteration = false
+        if case .busy = before { sameIteration = probe.read() == before }
+        if !sameIteration { sample.awaitChain = nil }
+        return sample
     }
 
     var statisticsDue: UInt64? { loopStats?.nextDue ?? 0 }
