@@ -25,7 +25,7 @@ struct AwaitChainCost {
         monitor.start()
         defer { monitor.stop() }
         let checked = nowNanoseconds() + 2_000_000_000
-        while cstallmon_concurrency_await_chain_layout() == 0 && nowNanoseconds() < checked { usleep(1000) }
+        while cstallmon_concurrency_drain_chains() == 0 && nowNanoseconds() < checked { usleep(1000) }
         let job = StalledJob()
         Task.detached { await AwaitingLayers.layer(depth, job) }
         let deadline = nowNanoseconds() + 5_000_000_000
@@ -42,6 +42,12 @@ struct AwaitChainCost {
         var pointerPauses: [Double] = []
         var reads: [Double] = []
         var lengths: [Double] = []
+        // As a capture of an actor's drain job or a loop thread: the handler also reads the thread's active task and
+        // its id, and the chain is checked against that task afterwards.
+        let thread = job.thread.load(ordering: .relaxed)
+        let activeTaskAt = cstallmon_thread_active_task_address(thread)
+        var recordingPauses: [Double] = []
+        var threadReads: [Double] = []
         for _ in 0..<(quick ? 200 : 1000) {
             var result = cstallmon_capture_result()
             cstallmon_capture(slot, &frames, 256, 100_000_000, &result)
@@ -56,6 +62,19 @@ struct AwaitChainCost {
                                                    &chain, UInt32(chain.count), &truncated)
             reads.append(Double(nowNanoseconds() - start) / 1e3)
             lengths.append(Double(count))
+            guard activeTaskAt != 0 else { continue }
+            result = cstallmon_capture_result()
+            cstallmon_capture_recording_word(slot, &frames, &framePointers, 256, 100_000_000, activeTaskAt,
+                                             UInt(CSTALLMON_TASK_JOB_ID_OFFSET), &result)
+            guard result.status == 0, result.job_frame < result.frame_count, result.recorded_word == task else {
+                continue
+            }
+            recordingPauses.append(Double(result.handler_done_ns - result.signal_sent_ns) / 1e3)
+            let threadStart = nowNanoseconds()
+            let threadCount = cstallmon_thread_await_chain(thread, task, UInt32(truncatingIfNeeded: result.pointed_word),
+                                                           result.job_context, framePointers[Int(result.job_frame)],
+                                                           &chain, UInt32(chain.count), &truncated)
+            if threadCount == count { threadReads.append(Double(nowNanoseconds() - threadStart) / 1e3) }
         }
         guard !reads.isEmpty, Stats.median(lengths) > 0 else {
             throw ValidationError("the stalled job's await chain was not found (\(reads.count) captures)")
@@ -73,6 +92,21 @@ struct AwaitChainCost {
                                         depth)))
         results.add(Figure(section: "capture", name: "async job: await chain read, p99",
                            value: Stats.percentile(reads, 0.99), unit: "us"))
+        guard !recordingPauses.isEmpty, !threadReads.isEmpty else {
+            throw ValidationError("the active task was not recorded or its chain not read (\(recordingPauses.count) captures)")
+        }
+        results.add(Figure(section: "capture", name: "drain job or loop: pause per sample, + active task",
+                           value: Stats.median(recordingPauses), unit: "us", peerName: "job context only",
+                           peer: Stats.median(pointerPauses),
+                           ratio: Stats.median(recordingPauses) / Stats.median(pointerPauses),
+                           ratioMeaning: "× job context only",
+                           note: String(format: "medians; p99 %.1f us", Stats.percentile(recordingPauses, 0.99))))
+        results.add(Figure(section: "capture", name: "drain job or loop: await chain read, median",
+                           value: Stats.median(threadReads), unit: "us", peerName: "task's job",
+                           peer: Stats.median(reads), ratio: Stats.median(threadReads) / Stats.median(reads),
+                           ratioMeaning: "× task's job",
+                           note: String(format: "p99 %.1f us; the task and its id read again after the chain",
+                                        Stats.percentile(threadReads, 0.99))))
     }
 }
 
@@ -80,6 +114,8 @@ struct AwaitChainCost {
 final class StalledJob: Sendable {
     let tid = Atomic<Int32>(0)
     let task = Atomic<UInt>(0)
+    /// The worker's pthread_self(): where its active task is.
+    let thread = Atomic<UInt>(0)
     let stop = Atomic<Bool>(false)
 }
 
@@ -105,6 +141,7 @@ enum AwaitingLayers {
         pthread_sigmask(SIG_UNBLOCK, &sampling, nil)
         let task = withUnsafeCurrentTask { $0.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
         job.task.store(task, ordering: .relaxed)
+        job.thread.store(UInt(pthread_self()), ordering: .relaxed)
         job.tid.store(cstallmon_gettid(), ordering: .releasing)
         while !job.stop.load(ordering: .relaxed) { sched_yield() }
     }
