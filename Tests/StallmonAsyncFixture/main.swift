@@ -445,6 +445,21 @@ extension AwaitChains {
     }
 }
 
+/// Where tasks wait, each inside its own scope, until all are in.
+final class ScopeGate: Sendable {
+    private let waiting = Mutex<[CheckedContinuation<Void, Never>]>([])
+
+    var count: Int { waiting.withLock { $0.count } }
+
+    func wait() async {
+        await withCheckedContinuation { continuation in waiting.withLock { $0.append(continuation) } }
+    }
+
+    func open() {
+        for continuation in waiting.withLock({ $0 }) { continuation.resume() }
+    }
+}
+
 /// An actor pinned to a `Looper`: its methods run on the loop thread, in jobs the loop's executor runs.
 actor Teller {
     let loop: Looper
@@ -615,6 +630,25 @@ case "loop-chains":
     try? await group.shutdownGracefully()
     monitor.stop()
     report()
+
+case "labels-full":
+    // More StallLabel scopes open at once than the table holds (4,096): those past it are dropped, never blocking,
+    // and the monitor says so (a warning in its log, the stallmon_labels_dropped_total counter).
+    let monitor = makeMonitor()
+    monitor.start()
+    for _ in 0..<400 where cstallmon_task_locals_layout() == 0 { try? await Task.sleep(for: .milliseconds(5)) }
+    let scopes = 4_200
+    let gate = ScopeGate()
+    await withTaskGroup(of: Void.self) { group in
+        for index in 0..<scopes {
+            group.addTask { await StallLabel.withValue("scope \(index)") { await gate.wait() } }
+        }
+        while gate.count < scopes { try? await Task.sleep(for: .milliseconds(5)) }
+        gate.open()
+    }
+    say("dropped \(cstallmon_labels_dropped())")
+    try? await Task.sleep(for: .milliseconds(300))
+    monitor.stop()
 
 case "chain-churn":
     // Thousands of short jobs of two kinds, a few over the threshold, while a thread asks this process for a

@@ -44,6 +44,10 @@ final class PoolWorkerSource: ProbeSource {
     private let lender: SlotLender
     /// Made on the watchdog thread when statistics are first due, as its metrics are (see `LoopThreadSource`).
     private var poolStats: PoolStatsReporter?
+    /// Made at the first pass, on the watchdog thread (swift-metrics binds a metric to the factory of its making).
+    private var droppedLabels: DroppedLabelsWatch?
+    /// The label count when the monitor was made: drops before it are not this monitor's to report.
+    private let droppedLabelsAtStart = cstallmon_labels_dropped()
     /// The pool's statistics when the monitor was created: its figures count jobs from then on.
     private let statisticsBaseline: (at: UInt64, readings: [PoolStatsReporter.PoolClass: PoolStatsReporter.Reading])
     private let starvation: StarvationWatch
@@ -87,6 +91,10 @@ final class PoolWorkerSource: ProbeSource {
         pass.wakeAt = min(pass.wakeAt, starvation.pass(now: now, workers: readings))
         // Sampling culprits waits on captures, and a report on the writer.
         pass.waitedOnItsOwnWork = pass.waitedOnItsOwnWork || wasStarving || starvation.isStarving
+        var dropped = droppedLabels ?? DroppedLabelsWatch(dropped: droppedLabelsAtStart,
+                                                          logger: collaborators.client.logger)
+        dropped.step(now: now, dropped: cstallmon_labels_dropped())
+        droppedLabels = dropped
         return pass
     }
 

@@ -339,6 +339,16 @@ struct ConcurrencyStallMonitorTests {
                        executor: "global", stallClass: .cpu)
     }
 
+    @Test("more StallLabel scopes open at once than the table holds: the rest are dropped, never waiting, and said")
+    func droppedLabelsAreSaid() async throws {
+        let run = try await Self.run("labels-full")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        let dropped = Int(run.value("dropped") ?? "") ?? 0
+        #expect(dropped >= 104, "4,200 scopes, 4,096 entries: \(run.output)")
+        let log = run.output + run.errors
+        #expect(log.contains("stall labels dropped: more than 4,096 StallLabel scopes were open at once"), "\(log)")
+    }
+
     /// The fixture built with `--static-swift-stdlib` (scripts/test.sh builds it into .build-static): the runtime is
     /// linked into the executable, where `dlsym` finds no hook; the weak references must. Skipped with a printed
     /// reason when not built, required when scripts/test.sh runs the suite.
