@@ -49,4 +49,18 @@ public enum DocumentedSnippets {
         }
         return snippets
     }
+
+    /// What is wrong with the documentation's snippet that imports `module` (a middleware a real service of the tests
+    /// compiles): it must be shown exactly once, and `compiledPath` (relative to the repository) must hold it line for
+    /// line. Empty when both hold.
+    public static func problems(ofSnippetImporting module: String, compiledIn compiledPath: String,
+                                repository: String) throws -> [String] {
+        let compiled = try String(contentsOfFile: repository + "/" + compiledPath, encoding: .utf8)
+        let snippets = try all(repository: repository).filter { $0.lines.contains("import \(module)") }
+        var problems = snippets.count == 1 ? [] : ["the documentation shows it \(snippets.count) times, not once"]
+        for snippet in snippets where !compiled.contains(snippet.lines.joined(separator: "\n")) {
+            problems.append("the snippet of \(snippet.file) differs from \(compiledPath)")
+        }
+        return problems
+    }
 }
