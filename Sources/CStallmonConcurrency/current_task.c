@@ -106,20 +106,6 @@ int cstallmon_current_task_confirm(uintptr_t expected) {
     return kept;
 }
 
-// The plain thread's body. NOT async-signal-safe.
-static void *confirm_no_task(void *unused) {
-    (void)unused;
-    cstallmon_current_task_confirm(0);
-    return NULL;
-}
-
-int cstallmon_current_task_confirm_on_plain_thread(void) {
-    pthread_t thread;
-    if (pthread_create(&thread, NULL, confirm_no_task, NULL) != 0) return -1;
-    pthread_join(thread, NULL);
-    return g_check.count;
-}
-
 void cstallmon_current_task_set_verdict(int passed) {
     const bool found = passed && g_check.count > 0;
     if (found) atomic_store_explicit(&g_offset, g_check.offsets[0], memory_order_relaxed);

@@ -206,13 +206,9 @@ int cstallmon_concurrency_drain_chains(void);
 /// candidates were kept (at most 4), or -1. One check at a time. NOT async-signal-safe.
 int cstallmon_current_task_find(uintptr_t current_task);
 
-/// Keeps the candidates at which the calling thread's word is `expected`; returns how many remain. NOT
-/// async-signal-safe.
+/// Keeps the candidates at which the calling thread's word is `expected` (0 on a thread that runs no task); returns
+/// how many remain. One caller at a time. NOT async-signal-safe.
 int cstallmon_current_task_confirm(uintptr_t expected);
-
-/// `cstallmon_current_task_confirm(0)` on a new thread, which runs no task. Returns how many remain, or -1. NOT
-/// async-signal-safe.
-int cstallmon_current_task_confirm_on_plain_thread(void);
 
 /// The verdict: from `passed` on (with a candidate left), a drain job's labels are read from its running task;
 /// otherwise never. Async-signal-safe.

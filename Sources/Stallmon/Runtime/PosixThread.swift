@@ -58,4 +58,9 @@ package final class PosixThread: @unchecked Sendable {
         pthread_join(handle, nil)
         return true
     }
+
+    /// Lets the thread end on its own, never joined. Call once, instead of `join()`.
+    package func detach() {
+        pthread_detach(handle)
+    }
 }
