@@ -6,8 +6,9 @@
 // Where that variable lies is not a public interface, so it is found, not assumed. The runtime's image has one
 // block of thread-local variables (its PT_TLS segment); loaded with the process (or linked into the executable),
 // every thread holds that block at the same distance from its pthread_self(). (Loaded later with dlopen, each thread
-// gets it apart, and the confirmation fails.) At start, a task searches its own thread's block for the word equal to
-// itself (`cstallmon_current_task_find`); the candidates are then confirmed on other threads: 0 on a thread that
+// gets it apart, and the confirmation fails.) At start, a plain thread locates the block
+// (`cstallmon_current_task_locate_block`: dl_iterate_phdr takes the loader's lock, never on a pool worker), a task
+// then searches its own thread's block for the word equal to itself (`cstallmon_current_task_find`); the candidates are then confirmed on other threads: 0 on a thread that
 // runs no task, and the running task inside an actor's drain job (`cstallmon_current_task_confirm`). The watchdog
 // reads a worker's word with process_vm_readv, which fails instead of faulting.
 #ifndef _GNU_SOURCE
@@ -32,6 +33,8 @@ extern SWIFTCC void swift_job_run(swift_job *job, void *executor_identity, uintp
 
 // The check's state, written by one checking task at a time (the monitor's start).
 static struct {
+    intptr_t block_offset;  // the runtime's block, from pthread_self() (the same on every thread)
+    size_t block_size;
     intptr_t offsets[MAX_CANDIDATES];  // from pthread_self()
     int count;
 } g_check;
@@ -69,21 +72,36 @@ static int find_block(struct dl_phdr_info *info, size_t size, void *data) {
     return 1;
 }
 
-int cstallmon_current_task_find(uintptr_t current_task) {
-    g_check.count = 0;
-    if (current_task == 0) return -1;
+int cstallmon_current_task_locate_block(void) {
+    g_check.block_size = 0;
     // The runtime's image: the one whose code holds swift_job_run. (In a non-PIE executable the address may be a stub
     // of the executable's; its block, if any, then holds no task, and the check fails.)
     tls_search search = {.code = (uintptr_t)&swift_job_run};
     dl_iterate_phdr(find_block, &search);
-    if (search.block == 0) return -1;
+    if (search.block == 0 || search.size == 0) return -1;
+    g_check.block_offset = (intptr_t)(search.block - (uintptr_t)pthread_self());
+    g_check.block_size = search.size;
+    return 1;
+}
+
+int cstallmon_current_task_find(uintptr_t current_task) {
+    g_check.count = 0;
+    if (current_task == 0 || g_check.block_size == 0) return -1;
     const uintptr_t self = (uintptr_t)pthread_self();
-    const uintptr_t first = (search.block + 7) & ~(uintptr_t)7;
-    // The calling thread's own block: allocated, so read directly.
-    for (uintptr_t word = first; word + sizeof(uintptr_t) <= search.block + search.size; word += sizeof(uintptr_t)) {
-        if (*(const uintptr_t *)word != current_task) continue;
-        if (g_check.count == MAX_CANDIDATES) break;
-        g_check.offsets[g_check.count++] = (intptr_t)(word - self);
+    const uintptr_t block = self + (uintptr_t)g_check.block_offset;
+    const uintptr_t first = (block + 7) & ~(uintptr_t)7;
+    // The calling thread's block, found at the distance the locating thread's was: read with process_vm_readv, in
+    // case it is not there (a runtime loaded with dlopen keeps it apart on each thread).
+    uintptr_t words[64];
+    for (uintptr_t at = first; at + sizeof(uintptr_t) <= block + g_check.block_size; at += sizeof words) {
+        size_t count = (block + g_check.block_size - at) / sizeof(uintptr_t);
+        if (count > sizeof words / sizeof words[0]) count = sizeof words / sizeof words[0];
+        if (!read_own(at, words, count * sizeof(uintptr_t))) return -1;
+        for (size_t index = 0; index < count; index++) {
+            if (words[index] != current_task) continue;
+            if (g_check.count == MAX_CANDIDATES) return g_check.count;
+            g_check.offsets[g_check.count++] = (intptr_t)(at + index * sizeof(uintptr_t) - self);
+        }
     }
     return g_check.count;
 }

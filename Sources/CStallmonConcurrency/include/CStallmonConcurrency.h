@@ -202,8 +202,13 @@ int cstallmon_concurrency_drain_chains(void);
 // A drain job runs the tasks queued on an actor one after another; the runtime's thread-local active task says which
 // one runs now. Where that variable is, is found at start (see current_task.c): these are the check's steps.
 
-/// From inside a task (`current_task`): the words of the runtime's thread-local block equal to it. Returns how many
-/// candidates were kept (at most 4), or -1. One check at a time. NOT async-signal-safe.
+/// First, on any thread (not a pool worker: it takes the loader's lock): where the runtime's thread-local block lies
+/// from the thread's pthread_self(). Returns 1, or -1 when the runtime has none. One check at a time. NOT
+/// async-signal-safe.
+int cstallmon_current_task_locate_block(void);
+
+/// Then, from inside a task (`current_task`): the words of its own thread's block equal to it. Returns how many
+/// candidates were kept (at most 4), or -1. One check at a time. NOT async-signal-safe (system calls).
 int cstallmon_current_task_find(uintptr_t current_task);
 
 /// Keeps the candidates at which the calling thread's word is `expected` (0 on a thread that runs no task); returns

@@ -14,7 +14,10 @@ enum ActorDrainCheck {
     /// Runs once, after `AwaitChain`'s check (whose resume call a drain must match).
     static func run(logger: Logger) async {
         var found: Int32 = 0
-        if cstallmon_current_task_find(RunningTask.address) > 0, await confirmedOnAPlainThread() {
+        // The loader's lock (the runtime's block) is taken off the pool; the search itself must run in the task.
+        if await onAPlainThread({ cstallmon_current_task_locate_block() == 1 }),
+           cstallmon_current_task_find(RunningTask.address) > 0,
+           await onAPlainThread({ cstallmon_current_task_confirm(0) > 0 }) {
             for _ in 0..<attempts where found == 0 {
                 // Another task than the one that found the candidates: a stray copy of this task would not follow.
                 found = await Task { await DrainedActor().resumeInDrain() }.value
@@ -33,14 +36,11 @@ enum ActorDrainCheck {
         }
     }
 
-    /// Whether a candidate of `cstallmon_current_task_find` holds 0 on a new thread, which runs no task. Awaited, not
-    /// joined: a join would hold this worker for as long as the system takes to run that thread, a stall of stallmon's
-    /// own making on a loaded machine.
-    private static func confirmedOnAPlainThread() async -> Bool {
+    /// `body` on a new thread, which runs no task. Awaited, not joined: a join would hold this worker for as long as
+    /// the system takes to run that thread, a stall of stallmon's own making on a loaded machine.
+    private static func onAPlainThread(_ body: @escaping @Sendable () -> Bool) async -> Bool {
         await withCheckedContinuation { continuation in
-            let thread = PosixThread.start(name: "stallmon-check") {
-                continuation.resume(returning: cstallmon_current_task_confirm(0) > 0)
-            }
+            let thread = PosixThread.start(name: "stallmon-check") { continuation.resume(returning: body()) }
             guard let thread else { return continuation.resume(returning: false) }
             thread.detach()
         }
