@@ -136,6 +136,18 @@ static int fast_trace_into(capture_slot *slot, void *ucontext) {
     return 0;
 }
 
+// Async-signal-safe (one system call). Copies 8 bytes at `address` of this process with process_vm_readv, which
+// fails instead of faulting: 0 when unreadable.
+static uint64_t read_word(uintptr_t address) {
+    uint64_t word = 0;
+    struct iovec local = {.iov_base = &word, .iov_len = sizeof word};
+    struct iovec remote = {.iov_base = (void *)address, .iov_len = sizeof word};
+    if (address == 0 || syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) != (long)sizeof word) {
+        return 0;
+    }
+    return word;
+}
+
 // Async-signal-safe (atomic loads, one process_vm_readv of the thread's own stack, which fails instead of faulting).
 // For an async job's await chain: the job's first frame (the async function the runtime resumed) is the outermost
 // frame inside the outermost job runner that the runtime called with the resume call's return address (in a task's
@@ -172,26 +184,12 @@ static void record_job_context(capture_slot *slot) {
         const uint32_t first = call - 1;
         const uintptr_t frame_pointer = slot->frame_pointers[first];
         if (frame_pointer < 8 || (frame_pointer & 7) != 0) return;
-        uintptr_t context = 0;
-        struct iovec local = {.iov_base = &context, .iov_len = sizeof context};
-        struct iovec remote = {.iov_base = (void *)(frame_pointer - 8), .iov_len = sizeof context};
-        if (syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) != (long)sizeof context) return;
+        const uintptr_t context = (uintptr_t)read_word(frame_pointer - 8);
+        if (context == 0) return;
         slot->job_frame = first;
         slot->job_context = context;
         return;
     }
-}
-
-// Async-signal-safe (one system call). Copies 8 bytes at `address` of this process with process_vm_readv, which
-// fails instead of faulting: 0 when unreadable.
-static uint64_t read_word(uintptr_t address) {
-    uint64_t word = 0;
-    struct iovec local = {.iov_base = &word, .iov_len = sizeof word};
-    struct iovec remote = {.iov_base = (void *)address, .iov_len = sizeof word};
-    if (address == 0 || syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) != (long)sizeof word) {
-        return 0;
-    }
-    return word;
 }
 
 // Async-signal-safe (two process_vm_readv). The word the watchdog asked for and the one it points to (a drain job's
