@@ -9,10 +9,10 @@ import Synchronization
 
 /// A real NIOHTTP1 server on 127.0.0.1 whose handler stalls its event loop in `channelRead` on request:
 /// `/spin?ms=N` burns CPU, `/sleep?ms=N` sleeps, `/lock?ms=N` waits for `heldLock` (held by another thread), `/`
-/// answers at once. The handler records how long it stalled, measured by itself, per request path.
+/// answers at once. The handler records when it stalled, measured by itself, per request path.
 final class StallingHTTPServer: Sendable {
     let channel: any Channel
-    let measured = NIOLockedValueBox<[(path: String, milliseconds: Double, thread: String)]>([])
+    let measured = NIOLockedValueBox<[(path: String, stall: MeasuredStall, thread: String)]>([])
     let heldLock = NIOLockedValueBox(0)
 
     var port: Int { channel.localAddress!.port! }
@@ -39,10 +39,10 @@ final class StallingHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
-    let measured: NIOLockedValueBox<[(path: String, milliseconds: Double, thread: String)]>
+    let measured: NIOLockedValueBox<[(path: String, stall: MeasuredStall, thread: String)]>
     let heldLock: NIOLockedValueBox<Int>
 
-    init(measured: NIOLockedValueBox<[(path: String, milliseconds: Double, thread: String)]>, heldLock: NIOLockedValueBox<Int>) {
+    init(measured: NIOLockedValueBox<[(path: String, stall: MeasuredStall, thread: String)]>, heldLock: NIOLockedValueBox<Int>) {
         self.measured = measured
         self.heldLock = heldLock
     }
@@ -59,8 +59,8 @@ final class StallingHandler: ChannelInboundHandler, @unchecked Sendable {
         case "/lock": waitForLockInChannelRead()
         default: break
         }
-        let elapsed = Double(cstallmon_monotonic_ns() - start) / 1e6
-        if path != "/" { measured.withLockedValue { $0.append((head.uri, elapsed, threadName())) } }
+        let stall = MeasuredStall(startNs: start, endNs: cstallmon_monotonic_ns())
+        if path != "/" { measured.withLockedValue { $0.append((head.uri, stall, threadName())) } }
         var headers = HTTPHeaders()
         headers.add(name: "content-length", value: "2")
         context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: .ok, headers: headers))),

@@ -71,3 +71,41 @@ public func postChainedSpins(_ loop: Looper, count: Int, milliseconds: Int, labe
         postChainedSpins(loop, count: count - 1, milliseconds: milliseconds, label: label)
     }
 }
+
+/// Code that stalled a loop, timed by itself on CLOCK_MONOTONIC (`MonotonicInstant`, `cstallmon_monotonic_ns`).
+public struct MeasuredStall: Sendable {
+    public var startNs: UInt64
+    public var endNs: UInt64
+    public var milliseconds: Double { Double(endNs - startNs) / 1e6 }
+
+    public init(startNs: UInt64, endNs: UInt64) {
+        self.startNs = startNs
+        self.endNs = endNs
+    }
+
+    /// What is wrong with `report` as the stall of the iteration that ran this code, or nil.
+    ///
+    /// The iteration encloses the code: it begins before it and ends after it (the frozen time the report sets
+    /// aside from `durationMs` still lies between its start and its end). Its end may follow the code's by the rest of
+    /// the iteration (answering a request: `tailSlackMs`) plus the time the thread waited for a CPU, which the report's
+    /// figures measure from the stall's detection on: the tail lies inside that window. Its start may precede the
+    /// code's by the iteration's work before it (reading and decoding a request in a debug build), plus the time the
+    /// thread waited for a CPU before the stall was detected, which nothing measures on a loaded machine: only a gross
+    /// error (the start of an earlier iteration) is caught there, by `headLimitMs`.
+    public func problem(with report: StallReport, tailSlackMs: Double = 15, headLimitMs: Double = 1_000) -> String? {
+        let reportStart = report.start.monotonicNs
+        let reportEnd = reportStart + UInt64((report.durationMs + (report.frozenMs ?? 0)) * 1e6)
+        let head = (Double(startNs) - Double(reportStart)) / 1e6
+        let tail = (Double(reportEnd) - Double(endNs)) / 1e6
+        let runDelay = report.threadStats?.runDelayMs ?? 0
+        let figures = "the iteration began \(head) ms before the code and ended \(tail) ms after it "
+            + "(reported \(report.durationMs) ms + \(report.frozenMs ?? 0) ms frozen, code \(milliseconds) ms, "
+            + "run delay \(runDelay) ms, duration from \(report.durationSource))"
+        // The report's start is rounded down to a whole nanosecond and its duration to a microsecond or so.
+        let rounding = 0.01
+        guard head >= -rounding, tail >= -rounding else { return "not enclosed: \(figures)" }
+        guard tail <= tailSlackMs + runDelay else { return "ended late: \(figures)" }
+        guard head <= headLimitMs else { return "began far too early: \(figures)" }
+        return nil
+    }
+}
