@@ -1,5 +1,6 @@
 import CStallmonLoopShims
 import Foundation
+import StallmonLoop
 import StallmonReport
 import StallmonTestSupport
 import StallmonUpload
@@ -56,6 +57,11 @@ struct HummingbirdServiceTests {
         var errors = ""
         var exitCode: Int32?
         var reports: [StallReport] = []
+        /// When (CLOCK_MONOTONIC) the service was seen ready, its port file written: before the first request.
+        var readyNs: UInt64 = 0
+        /// The reports of stalls that began after that: start-up's own stalls (an fsync on a loaded disk, a start-up
+        /// task waiting for a CPU) are rightly reported, and are not the requests'.
+        var reportsAfterStart: [StallReport] { reports.filter { $0.start.monotonicNs >= readyNs } }
     }
 
     /// Starts the service in `mode`, sends `paths` one after the other, reads /measurements, stops it. With
@@ -73,6 +79,7 @@ struct HummingbirdServiceTests {
         } else {
             if let port = port(of: child, root: root) {
                 outcome.started = true
+                outcome.readyNs = MonotonicInstant.now().nanoseconds
                 for path in paths { _ = get(path, port: port) }
                 traffic?(port)
                 if let until {
@@ -141,7 +148,7 @@ struct HummingbirdServiceTests {
             let parts = line.split(separator: " ")
             if parts.count == 4, let ms = Double(parts[2]), let tid = Int32(parts[3]) { measured[String(parts[1])] = (ms, tid) }
         }
-        let reports = outcome.reports
+        let reports = outcome.reportsAfterStart
         #expect(reports.count == 5, "one per blocking handler, none for an unknown route: \(reports.map { $0.topFrame?.symbol ?? "-" }) \(outcome.errors)")
         for (name, function, route) in [("cpu", "Handlers.renderInvoice", "GET /cpu"),
                                         ("sleep", "Handlers.readLegacyFile", "GET /sleep"),

@@ -1,4 +1,5 @@
 import Foundation
+import StallmonLoop
 import StallmonReport
 import StallmonTestSupport
 import Testing
@@ -22,9 +23,10 @@ struct VaporServiceTests {
     }
 
     /// Starts the service, sends `paths` one after the other, waits (up to 15 s) until `until` holds of the reports,
-    /// stops it; the reports and the service's stderr.
-    static func run(_ executable: String, paths: [String],
-                    until: @escaping ([StallReport]) -> Bool) throws -> (reports: [StallReport], errors: String)? {
+    /// stops it; the reports, the service's stderr, and when (CLOCK_MONOTONIC) the service was seen ready: its port
+    /// file written, before the first request.
+    static func run(_ executable: String, paths: [String], until: @escaping ([StallReport]) -> Bool) throws
+        -> (reports: [StallReport], errors: String, readyNs: UInt64)? {
         let root = makeTemporaryDirectory("vapor")
         let child = try ChildProcess(executable, [root + "/reports", root + "/port"],
                                      environment: StallmonExecutable.environment(), stdoutPath: root + "/out",
@@ -36,6 +38,7 @@ struct VaporServiceTests {
             Issue.record("the service did not start: \(errors())")
             return nil
         }
+        let readyNs = MonotonicInstant.now().nanoseconds
         for path in paths { _ = HummingbirdServiceTests.get(path, port: port) }
         var reports: [StallReport] = []
         _ = eventually(timeout: .seconds(15)) {
@@ -45,7 +48,7 @@ struct VaporServiceTests {
                 .compactMap { try? ReportReader.read(directory + "/" + $0) }
             return until(reports)
         }
-        return (reports, errors())
+        return (reports, errors(), readyNs)
     }
 
     @Test("async routes labelled with their route by the documented middleware, and so are the child and unstructured tasks a handler starts; a synchronous route is the event loop's stall, unlabelled")
@@ -78,8 +81,12 @@ struct VaporServiceTests {
         #expect(onTheLoop.count == 1)
         #expect(onTheLoop.first?.loop.hasPrefix("NIO-") == true, "\(onTheLoop.map(\.loop))")
         #expect(onTheLoop.first?.label == "")
-        #expect(!stalls.contains { $0.topFrame?.symbol.contains("Handlers.") != true },
-                "no report for /fast: \(stalls.map { $0.topFrame?.symbol ?? "-" })")
+        // Start-up may stall too, and is rightly reported: on a loaded disk, the main actor was once blocked 225 ms in
+        // the fsync of the port file's atomic write, and a start-up check's task once waited 92 ms for a CPU. No
+        // request had been sent yet; after it, every stall is a handler's.
+        let afterStart = stalls.filter { $0.start.monotonicNs >= run?.readyNs ?? 0 }
+        #expect(!afterStart.contains { $0.topFrame?.symbol.contains("Handlers.") != true },
+                "no report for /fast: \(afterStart.map { ($0.loop, $0.topFrame?.symbol ?? "-", $0.durationMs) })")
         // On two cores the fan-out's two tasks hold both workers: a starvation, each culprit with the route's label.
         for starvation in reports.compactMap(\.starvation) {
             #expect(starvation.culprits.allSatisfy { $0.label == "GET /fanout" }, "\(starvation.culprits.map(\.label))")
