@@ -204,6 +204,14 @@ let package = Package(
             ]
         ),
         .testTarget(
+            name: "StallmonLifecycleTests",
+            dependencies: [
+                "StallmonLifecycle", "Stallmon", "StallmonLoop", "StallmonReport", "StallmonTestSupport",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
             name: "StallmonCLITests",
             dependencies: [
                 "Stallmon", "StallmonReport", "StallmonUpload", "StallmonTestSupport",

@@ -90,13 +90,9 @@ int cstallmon_worker_await_chain(int index, uint64_t sequence, uintptr_t job_con
     const int count = cstallmon_task_await_chain(task, job_context, job_frame_pointer, out, capacity, truncated);
     // Still the same job after the reads (and in a drain, still the same task): it ran throughout, so the callers
     // stayed suspended and their contexts alive; what was read is its chain.
-    if (!cstallmon_worker_still_runs(index, sequence)) return -1;
-    uintptr_t still_task = task;
-    if (drain && (!cstallmon_worker_current_task(index, &still_task) || still_task != task ||
-                  !cstallmon_task_has_job_id(task, drained_job_id))) {
-        return -1;
-    }
-    return count;
+    const bool still = drain ? cstallmon_worker_drain_still_runs_task(index, sequence, task, drained_job_id)
+                             : cstallmon_worker_still_runs(index, sequence);
+    return still ? count : -1;
 }
 
 int cstallmon_thread_await_chain(uintptr_t thread, uintptr_t task, uint32_t job_id, uintptr_t job_context,
@@ -106,10 +102,7 @@ int cstallmon_thread_await_chain(uintptr_t thread, uintptr_t task, uint32_t job_
     const int count = cstallmon_task_await_chain(task, job_context, job_frame_pointer, out, capacity, truncated);
     // Still that task on that thread after the reads (the caller checks that the loop is still in the same iteration):
     // its callers stayed suspended.
-    if (count < 0 || cstallmon_thread_active_task(thread) != task || !cstallmon_task_has_job_id(task, job_id)) {
-        return -1;
-    }
-    return count;
+    return count >= 0 && cstallmon_thread_still_runs_task(thread, task, job_id) ? count : -1;
 }
 
 int cstallmon_task_await_chain(uintptr_t task, uintptr_t job_context, uintptr_t job_frame_pointer, uintptr_t *out,

@@ -156,3 +156,13 @@ bool cstallmon_worker_current_task(int index, uintptr_t *task) {
     *task = cstallmon_worker_thread(index, &thread) ? cstallmon_thread_active_task(thread) : 0;
     return *task != 0;
 }
+
+bool cstallmon_thread_still_runs_task(uintptr_t thread, uintptr_t task, uint32_t job_id) {
+    return task != 0 && cstallmon_thread_active_task(thread) == task && cstallmon_task_has_job_id(task, job_id);
+}
+
+bool cstallmon_worker_drain_still_runs_task(int index, uint64_t sequence, uintptr_t task, uint32_t job_id) {
+    uintptr_t thread;
+    return cstallmon_worker_still_runs(index, sequence) && cstallmon_worker_thread(index, &thread)
+        && cstallmon_thread_still_runs_task(thread, task, job_id);
+}

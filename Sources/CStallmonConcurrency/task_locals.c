@@ -111,13 +111,6 @@ int cstallmon_task_local_value(uintptr_t task, uint64_t *value) {
     return read_task_local(task, value);
 }
 
-// Async-signal-safe (process_vm_readv and atomics). Whether probe `index`'s drain job `sequence` still runs, and
-// still runs `task`.
-static bool drain_still_runs(int index, uint64_t sequence, uintptr_t task) {
-    uintptr_t now = 0;
-    return cstallmon_worker_still_runs(index, sequence) && cstallmon_worker_current_task(index, &now) && now == task;
-}
-
 int cstallmon_worker_drained_task_label(int index, uint64_t sequence, uintptr_t task, uint32_t job_id,
                                         cstallmon_label_entry *label) {
     uintptr_t job;
@@ -128,7 +121,7 @@ int cstallmon_worker_drained_task_label(int index, uint64_t sequence, uintptr_t 
     if (cstallmon_task_local_value(task, &value) != 1 || !cstallmon_label_lookup(value, label)) return -1;
     // After the reads, the drain still runs that task, and its memory still holds the task of that id: what was read
     // was the running task's.
-    return drain_still_runs(index, sequence, task) && cstallmon_task_has_job_id(task, job_id) ? 1 : -1;
+    return cstallmon_worker_drain_still_runs_task(index, sequence, task, job_id) ? 1 : -1;
 }
 
 int cstallmon_worker_label(int index, uint64_t sequence, uint64_t task_id, cstallmon_label_entry *out) {

@@ -30,6 +30,18 @@ int cstallmon_running_job_kind(void) __attribute__((visibility("hidden")));
 /// not a task itself (an actor's drain job). Async-signal-safe (process_vm_readv and atomics).
 bool cstallmon_worker_current_task(int index, uintptr_t *task) __attribute__((visibility("hidden")));
 
+/// Whether `thread` (a pthread_self()) still runs `task`, and `task`'s memory still is the task whose job id is
+/// `job_id`: checked after reading a task's memory through what a capture recorded (its active task and that task's
+/// id, of one moment), so that what was read belonged to that task, not to a new one at a freed task's address.
+/// Async-signal-safe (process_vm_readv and atomics).
+bool cstallmon_thread_still_runs_task(uintptr_t thread, uintptr_t task, uint32_t job_id)
+    __attribute__((visibility("hidden")));
+
+/// The same for probe `index`'s drain job `sequence`: it still runs, and its thread still runs that task of that id.
+/// Async-signal-safe (process_vm_readv and atomics).
+bool cstallmon_worker_drain_still_runs_task(int index, uint64_t sequence, uintptr_t task, uint32_t job_id)
+    __attribute__((visibility("hidden")));
+
 /// Whether `task`'s memory still is the task whose job id (`Job::Id`) is `job_id`: a task is freed in its own last
 /// job, and its address may be reused at once. Async-signal-safe (process_vm_readv).
 bool cstallmon_task_has_job_id(uintptr_t task, uint32_t job_id) __attribute__((visibility("hidden")));

@@ -92,6 +92,62 @@ static const char *function_name(Dwarf_Die *die) {
     return name;
 }
 
+// Where the innermost scope around `relative` (the function, or the inlined instance or block the compiler put it
+// in) begins: the start of its range that holds `relative`; `relative` itself when none is found.
+static Dwarf_Addr innermost_scope_start(Dwarf_Die *cu, Dwarf_Addr relative) {
+    Dwarf_Die *scopes = NULL;
+    Dwarf_Addr found = relative;
+    if (dwarf_getscopes(cu, relative, &scopes) > 0) {
+        Dwarf_Addr base = 0, start = 0, end = 0;
+        ptrdiff_t offset = 0;
+        while ((offset = dwarf_ranges(&scopes[0], offset, &base, &start, &end)) > 0) {
+            if (relative >= start && relative < end) {
+                found = start;
+                break;
+            }
+        }
+    }
+    free(scopes);
+    return found;
+}
+
+// Code the line table marks line 0 (compiler-generated: Swift's debug builds mark so the call that advances a `for`
+// loop's iterator) is given the last nonzero line before it in the same sequence of the line table, as
+// `llvm-symbolizer --skip-line-zero` does, but never one before the innermost scope that holds it (the function, or
+// the inlined instance): the line is then that scope's own. False when there is none.
+static bool line_before(Dwarf_Die *cu, Dwarf_Addr relative, int *line_number, int *column, const char **file) {
+    Dwarf_Lines *lines = NULL;
+    size_t count = 0;
+    if (dwarf_getsrclines(cu, &lines, &count) != 0 || count == 0) return false;
+    const Dwarf_Addr scope_start = innermost_scope_start(cu, relative);
+    // libdw sorts the rows by address: the last row at or before `relative`.
+    size_t low = 0, high = count;
+    while (low < high) {
+        const size_t middle = low + (high - low) / 2;
+        Dwarf_Addr address = 0;
+        dwarf_lineaddr(dwarf_onesrcline(lines, middle), &address);
+        if (address <= relative) low = middle + 1; else high = middle;
+    }
+    for (size_t index = low; index-- > 0;) {
+        Dwarf_Line *row = dwarf_onesrcline(lines, index);
+        Dwarf_Addr address = 0;
+        bool end_of_sequence = false;
+        dwarf_lineaddr(row, &address);
+        dwarf_lineendsequence(row, &end_of_sequence);
+        // An end-of-sequence row before the one found ends the previous sequence: ours began after it.
+        if (address < scope_start || (end_of_sequence && index + 1 < low)) return false;
+        if (end_of_sequence) continue;
+        int number = 0;
+        if (dwarf_lineno(row, &number) == 0 && number > 0) {
+            *line_number = number;
+            dwarf_linecol(row, column);
+            *file = dwarf_linesrc(row, NULL, NULL);
+            return *file != NULL;
+        }
+    }
+    return false;
+}
+
 // Fills out->inlined from the DW_TAG_inlined_subroutine scopes around `relative`, innermost first, as
 // `eu-addr2line -i` does: the innermost function is at the line table's line; each one's DW_AT_call_file/line is
 // where the next outer function called it. The outermost call site becomes the physical frame's line.
@@ -177,7 +233,8 @@ int cstallmon_symbolize(cstallmon_symbolizer *symbolizer, uintptr_t address, cst
         const char *file = dwarf_linesrc(line, NULL, NULL);
         dwarf_lineno(line, &line_number);
         dwarf_linecol(line, &column);
-        // The file even at line 0 (compiler-generated code in a known file): the report keeps it, without a line.
+        if (line_number <= 0) line_before(cu, relative, &line_number, &column, &file);
+        // The file even at line 0 with no line before it in its scope: the report keeps it, without a line.
         if (file) {
             out->source_file = file;
             out->line = line_number > 0 ? line_number : 0;

@@ -85,26 +85,35 @@ public struct MeasuredStall: Sendable {
 
     /// What is wrong with `report` as the stall of the iteration that ran this code, or nil.
     ///
-    /// The iteration encloses the code: it begins before it and ends after it (the frozen time the report sets
-    /// aside from `durationMs` still lies between its start and its end). Its end may follow the code's by the rest of
-    /// the iteration (answering a request: `tailSlackMs`) plus the time the thread waited for a CPU, which the report's
-    /// figures measure from the stall's detection on: the tail lies inside that window. Its start may precede the
-    /// code's by the iteration's work before it (reading and decoding a request in a debug build), plus the time the
-    /// thread waited for a CPU before the stall was detected, which nothing measures on a loaded machine: only a gross
-    /// error (the start of an earlier iteration) is caught there, by `headLimitMs`.
-    public func problem(with report: StallReport, tailSlackMs: Double = 15, headLimitMs: Double = 1_000) -> String? {
+    /// The iteration encloses the code: it begins before it (and not before `notBeforeNs`: the end of the code that
+    /// stalled the iteration before, say), and ends after it; the frozen time the report sets aside from
+    /// `durationMs` still lies between its start and its end. Its end may follow the code's by the rest of the
+    /// iteration (answering a request: `tailSlackMs`), plus the time the thread waited for a CPU and the time the
+    /// watchdog judged the process frozen, both of which the report measures from the watchdog's first sight of the
+    /// iteration busy. Its start may precede the code's by the iteration's work before it (reading and decoding a
+    /// request in a debug build) plus the waits for a CPU then, which nothing measures: `notBeforeNs` and the generous
+    /// `headLimitMs` bound it.
+    public func problem(with report: StallReport, notBeforeNs: UInt64 = 0, tailSlackMs: Double = 15,
+                        headLimitMs: Double = 1_000) -> String? {
+        func milliseconds(_ later: UInt64, _ earlier: UInt64) -> Double {
+            Double(Int64(bitPattern: later &- earlier)) / 1e6
+        }
+        let frozen = report.frozenMs ?? 0
         let reportStart = report.start.monotonicNs
-        let reportEnd = reportStart + UInt64((report.durationMs + (report.frozenMs ?? 0)) * 1e6)
-        let head = (Double(startNs) - Double(reportStart)) / 1e6
-        let tail = (Double(reportEnd) - Double(endNs)) / 1e6
+        let reportEnd = reportStart + UInt64((report.durationMs + frozen) * 1e6)
+        let head = milliseconds(startNs, reportStart)
+        let tail = milliseconds(reportEnd, endNs)
         let runDelay = report.threadStats?.runDelayMs ?? 0
         let figures = "the iteration began \(head) ms before the code and ended \(tail) ms after it "
-            + "(reported \(report.durationMs) ms + \(report.frozenMs ?? 0) ms frozen, code \(milliseconds) ms, "
+            + "(reported \(report.durationMs) ms + \(frozen) ms frozen, code \(milliseconds) ms, "
             + "run delay \(runDelay) ms, duration from \(report.durationSource))"
-        // The report's start is rounded down to a whole nanosecond and its duration to a microsecond or so.
-        let rounding = 0.01
+        // The duration goes through milliseconds as a Double: a few nanoseconds of rounding.
+        let rounding = 0.001
         guard head >= -rounding, tail >= -rounding else { return "not enclosed: \(figures)" }
-        guard tail <= tailSlackMs + runDelay else { return "ended late: \(figures)" }
+        guard tail <= tailSlackMs + runDelay + frozen else { return "ended late: \(figures)" }
+        guard reportStart >= notBeforeNs else {
+            return "began \(milliseconds(notBeforeNs, reportStart)) ms before it could have: \(figures)"
+        }
         guard head <= headLimitMs else { return "began far too early: \(figures)" }
         return nil
     }

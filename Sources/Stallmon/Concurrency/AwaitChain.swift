@@ -25,30 +25,33 @@ package struct AwaitChain: Sendable, Equatable {
     static func of(_ reading: WorkerReading, jobFrame: StackCapturer.JobFrame, activeTask: UInt,
                    activeTaskJobId: UInt32) -> AwaitChain? {
         guard reading.isRunningJob else { return nil }
-        let capacity = Self.maxResumePoints
-        var truncated: UInt32 = 0
-        var read: Int32 = -1
-        let resumePoints = [UInt](unsafeUninitializedCapacity: capacity) { buffer, count in
-            read = cstallmon_worker_await_chain(reading.index, reading.jobSequence, jobFrame.context,
-                                                jobFrame.framePointer, activeTask, activeTaskJobId,
-                                                buffer.baseAddress, UInt32(capacity), &truncated)
-            count = max(0, Int(read))
+        return read(attachedTo: jobFrame) { buffer, capacity, truncated in
+            cstallmon_worker_await_chain(reading.index, reading.jobSequence, jobFrame.context, jobFrame.framePointer,
+                                         activeTask, activeTaskJobId, buffer, capacity, truncated)
         }
-        guard read > 0 else { return nil }
-        return AwaitChain(resumePoints: resumePoints, truncated: truncated != 0, attachedFrame: jobFrame.index)
     }
 
     /// The chain of the task a loop thread (`thread`, its pthread_self()) ran when `sample` stopped it: nil when it
     /// ran none, moved on before the chain was read, or the checks at start have not passed.
     static func of(_ sample: RawSample, onThread thread: UInt, jobFrame: StackCapturer.JobFrame) -> AwaitChain? {
         guard sample.activeTask != 0 else { return nil }
+        return read(attachedTo: jobFrame) { buffer, capacity, truncated in
+            cstallmon_thread_await_chain(thread, sample.activeTask, sample.activeTaskJobId, jobFrame.context,
+                                         jobFrame.framePointer, buffer, capacity, truncated)
+        }
+    }
+
+    /// Up to `maxResumePoints` resume points from `reader` (one of the C side's chain readers: the count it read, or
+    /// 0 or less for none), attached to `jobFrame`.
+    private static func read(
+        attachedTo jobFrame: StackCapturer.JobFrame,
+        _ reader: (UnsafeMutablePointer<UInt>?, UInt32, UnsafeMutablePointer<UInt32>) -> Int32
+    ) -> AwaitChain? {
         let capacity = Self.maxResumePoints
         var truncated: UInt32 = 0
         var read: Int32 = -1
         let resumePoints = [UInt](unsafeUninitializedCapacity: capacity) { buffer, count in
-            read = cstallmon_thread_await_chain(thread, sample.activeTask, sample.activeTaskJobId, jobFrame.context,
-                                                jobFrame.framePointer, buffer.baseAddress, UInt32(capacity),
-                                                &truncated)
+            read = reader(buffer.baseAddress, UInt32(capacity), &truncated)
             count = max(0, Int(read))
         }
         guard read > 0 else { return nil }

@@ -4,8 +4,8 @@ public struct StallReport: Codable, Sendable, Equatable {
     /// The schema this report follows; readers refuse other names and newer versions.
     public static let currentSchema = "stallmon.report/1"
 
-    /// `File.swift:42`, or `File.swift:?` when DWARF gives the file but line 0 (compiler-generated code, as
-    /// `addr2line` prints it); nil without a file.
+    /// `File.swift:42`, or `File.swift:?` when DWARF gives the file but no line (as `addr2line` prints it); nil
+    /// without a file.
     public static func location(file: String?, line: Int?) -> String? {
         guard let file else { return nil }
         let name = file.split(separator: "/").last.map(String.init) ?? file
@@ -474,6 +474,9 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var symbol: String?
         public var symbolOffset: Int?
         public var file: String?
+        /// The DWARF line. Code the line table marks line 0 (compiler-generated: Swift's debug builds mark so the
+        /// call that advances a `for` loop) has the last line before it in its function, as
+        /// `llvm-symbolizer --skip-line-zero` gives it; nil when there is none.
         public var line: Int?
         public var inApp: Bool
         /// True when the compiler inlined this function into the next frame: both share one address, and this

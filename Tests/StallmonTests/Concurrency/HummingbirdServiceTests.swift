@@ -137,7 +137,7 @@ struct HummingbirdServiceTests {
             // 300 ms that once sufficed): five final reports.
             try Self.run("monitor", paths: ["/fast", "/cpu", "/fast", "/sleep", "/fast", "/lock", "/fast",
                                             "/users/42/invoice", "/nope", "/fast", "/accounts/7/statement"],
-                         until: { $0.reports.filter { !$0.ongoing }.count >= 5 })
+                         until: { $0.reportsAfterStart.filter { !$0.ongoing }.count >= 5 })
         }
         guard outcome.started else {
             Issue.record("the service did not start: \(outcome.errors)")
@@ -259,7 +259,7 @@ struct HummingbirdServiceTests {
                         }
                     }
                     for _ in 0..<(workers + 4) { done.wait() }
-                }, until: { $0.reports.contains { $0.kind == "starvation" } })
+                }, until: { $0.reportsAfterStart.contains { $0.kind == "starvation" } })
             }
             return (outcome, fastest.withLock { $0 })
         }
@@ -274,7 +274,7 @@ struct HummingbirdServiceTests {
             Issue.record("the service did not start: \(outcome.errors)")
             return
         }
-        let starved = outcome.reports.filter { $0.kind == "starvation" }
+        let starved = outcome.reportsAfterStart.filter { $0.kind == "starvation" }
         #expect(starved.count == 1, "\(outcome.reports.map { ($0.kind ?? "stall", $0.label) })")
         let starvation = try #require(starved.first?.starvation)
         #expect(starvation.culprits.count == workers)

@@ -85,8 +85,12 @@ struct VaporServiceTests {
         // the fsync of the port file's atomic write, and a start-up check's task once waited 92 ms for a CPU. No
         // request had been sent yet; after it, every stall is a handler's.
         let afterStart = stalls.filter { $0.start.monotonicNs >= run?.readyNs ?? 0 }
+        let startUp = stalls.filter { $0.start.monotonicNs < run?.readyNs ?? 0 }
         #expect(!afterStart.contains { $0.topFrame?.symbol.contains("Handlers.") != true },
-                "no report for /fast: \(afterStart.map { ($0.loop, $0.topFrame?.symbol ?? "-", $0.durationMs) })")
+                """
+                no report for /fast: \(afterStart.map { ($0.loop, $0.topFrame?.symbol ?? "-", $0.durationMs) }); \
+                left out, begun before the service was ready: \(startUp.map { ($0.loop, $0.topFrame?.symbol ?? "-") })
+                """)
         // On two cores the fan-out's two tasks hold both workers: a starvation, each culprit with the route's label.
         for starvation in reports.compactMap(\.starvation) {
             #expect(starvation.culprits.allSatisfy { $0.label == "GET /fanout" }, "\(starvation.culprits.map(\.label))")
