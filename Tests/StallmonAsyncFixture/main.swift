@@ -601,6 +601,29 @@ case "await-chains":
     monitor.stop()
     report()
 
+case "checks-refused":
+    // What a runtime whose layouts the checks at start do not find gets: the checks pass here, then their verdicts
+    // are turned to refusals (the await-chain check called from where it does not resume, the others set), and
+    // a labelled stall in an actor's drain job and one in a task, each under awaiting functions, follow.
+    let monitor = makeMonitor()
+    monitor.start()
+    for _ in 0..<400 where cstallmon_concurrency_drain_chains() == 0 || cstallmon_task_locals_layout() == 0 {
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    _ = cstallmon_concurrency_await_check_outer()
+    cstallmon_concurrency_set_drain_chains(0)
+    cstallmon_current_task_set_verdict(0)
+    cstallmon_task_locals_set_verdict(0)
+    say("refused \(cstallmon_concurrency_await_chain_layout()) \(cstallmon_concurrency_drain_chains()) "
+        + "\(cstallmon_current_task_layout()) \(cstallmon_task_locals_layout())")
+    await AwaitChains.auditWhileHeld()
+    try? await Task.sleep(for: .milliseconds(50))
+    _ = await Task.detached { await StallLabel.withValue("GET /ledger") { await AwaitChains.handleRequest(.cpu) } }
+        .value
+    try? await Task.sleep(for: .milliseconds(200))
+    monitor.stop()
+    report()
+
 case "loop-chains":
     // Async code a Looper's executor runs (an actor pinned to the loop): its stall is the loop's, and names the
     // functions that awaited it. The ConcurrencyStallMonitor's checks at start find the layouts the chain rests on.

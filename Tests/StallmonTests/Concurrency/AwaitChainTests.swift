@@ -53,6 +53,20 @@ struct AwaitChainTests {
         #expect(chain.count >= awaiting.count, "\(described)", sourceLocation: sourceLocation)
     }
 
+    @Test("checks at start refused: stalls still reported, stacks ending where the job began, with no label")
+    func refusedChecksReadNothing() async throws {
+        let run = try await ConcurrencyStallMonitorTests.run("checks-refused")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.value("refused") == "-1 -1 -1 -1", "every verdict refused: \(run.output)")
+        for physical in ["auditLedger", "readLedgerRecord"] {
+            let report = try #require(Self.report(through: physical, in: run), "\(run.reports.map(\.topFrame))")
+            let frames = Self.hottest(report)
+            #expect(!frames.contains { $0.async == true }, "\(physical): no await chain: \(frames.map(\.symbol))")
+            #expect(report.label == "", "\(physical): no label: \(report.label)")
+            #expect(report.job?.kind == (physical == "auditLedger" ? "actor" : "task"))
+        }
+    }
+
     @Test("a task, a group's child, a lock, an actor's method, an actor's drain job, main-actor code: each stall names its awaiting functions")
     func chains() async throws {
         let run = try await ConcurrencyStallMonitorTests.run("await-chains")
