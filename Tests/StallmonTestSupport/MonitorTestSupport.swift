@@ -118,3 +118,18 @@ public struct MeasuredStall: Sendable {
         return nil
     }
 }
+
+extension StallReport {
+    /// Whether this stall is a near miss that waiting for a CPU pushed over the threshold, by its own figures: short
+    /// (under twice the threshold, frozen time included) and under the threshold once the time its thread waited for
+    /// a CPU is taken off. A test's own stalls must then last at least twice the threshold, or be told apart otherwise
+    /// (by when they ran): a heavily delayed one would look the same.
+    /// On a loaded 2-core machine any short job (a test's 60 ms near miss, a start-up check's task) can be one, and is
+    /// rightly reported; a test that counts the stalls it caused leaves these out. (The wait is measured from the
+    /// watchdog's first sight of the job busy; a near miss's spin ends at a deadline, so what pushed it over is the
+    /// wait around that deadline, which is measured.)
+    public var isNearMissPushedOverByWaitingForACPU: Bool {
+        kind == nil && durationMs + (frozenMs ?? 0) < 2 * thresholdMs
+            && durationMs - (threadStats?.runDelayMs ?? 0) < thresholdMs
+    }
+}

@@ -150,8 +150,9 @@ struct StallAnalysisTests {
         let loop = try Looper(name: "limited")
         let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
         monitor.start()
-        postChainedSpins(loop, count: 5, milliseconds: 80)
-        loop.run(for: .milliseconds(900))
+        // Three times the threshold: each stall is seen even by a watchdog woken 100 ms late (a loaded machine).
+        postChainedSpins(loop, count: 5, milliseconds: 150)
+        loop.run(for: .milliseconds(1500))
         monitor.stop()
         #expect(monitor.statistics.stallsDetected == 5)
         #expect(readReports(directory).count == 2)

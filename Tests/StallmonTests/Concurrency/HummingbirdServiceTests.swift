@@ -59,9 +59,12 @@ struct HummingbirdServiceTests {
         var reports: [StallReport] = []
         /// When (CLOCK_MONOTONIC) the service was seen ready, its port file written: before the first request.
         var readyNs: UInt64 = 0
-        /// The reports of stalls that began after that: start-up's own stalls (an fsync on a loaded disk, a start-up
-        /// task waiting for a CPU) are rightly reported, and are not the requests'.
-        var reportsAfterStart: [StallReport] { reports.filter { $0.start.monotonicNs >= readyNs } }
+        /// The reports of stalls that began after that, but for near misses that waiting for a CPU pushed over the
+        /// threshold: start-up's own stalls (an fsync on a loaded disk, a start-up task waiting for a CPU, which may
+        /// run late) are rightly reported, and are not the requests'.
+        var reportsAfterStart: [StallReport] {
+            reports.filter { $0.start.monotonicNs >= readyNs && !$0.isNearMissPushedOverByWaitingForACPU }
+        }
     }
 
     /// Starts the service in `mode`, sends `paths` one after the other, reads /measurements, stops it. With
@@ -167,7 +170,7 @@ struct HummingbirdServiceTests {
             #expect(report?.thread.tid == handler.tid, "\(name): the worker that ran the handler")
             #expect(report?.job?.executor == "global")
             #expect(report?.label == route, "\(name): labelled with the route pattern by StallLabelMiddleware")
-            #expect((report?.durationMs ?? 0) >= handler.ms - 0.05,
+            #expect((report?.durationMs ?? 0) + (report?.frozenMs ?? 0) >= handler.ms - 0.05,
                     "\(name): the job holds the handler (\(report?.durationSource ?? "-"), frozen \(report?.frozenMs ?? 0) ms)")
             if name == "lock" {
                 #expect(report?.waitingOn?.first?.holderName == "ledger-writer", "the lock's holder named")

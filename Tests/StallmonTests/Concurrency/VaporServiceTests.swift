@@ -83,8 +83,11 @@ struct VaporServiceTests {
         #expect(onTheLoop.first?.label == "")
         // Start-up may stall too, and is rightly reported: on a loaded disk, the main actor was once blocked 225 ms in
         // the fsync of the port file's atomic write, and a start-up check's task once waited 92 ms for a CPU. No
-        // request had been sent yet; after it, every stall is a handler's.
-        let afterStart = stalls.filter { $0.start.monotonicNs >= run?.readyNs ?? 0 }
+        // request had been sent yet; after it, every stall is a handler's, but for a near miss that waiting for a
+        // CPU pushed over the threshold (a start-up check's task may run that late).
+        let afterStart = stalls.filter {
+            $0.start.monotonicNs >= run?.readyNs ?? 0 && !$0.isNearMissPushedOverByWaitingForACPU
+        }
         let startUp = stalls.filter { $0.start.monotonicNs < run?.readyNs ?? 0 }
         #expect(!afterStart.contains { $0.topFrame?.symbol.contains("Handlers.") != true },
                 """
