@@ -64,6 +64,21 @@ let measurements = Mutex<[String]>([])
     measurements.withLock { $0.append("measured \(name) \(Double(end - start) / 1e6) \(tid)") }
 }
 
+/// Blocking jobs that have begun (`blocking(_:)`): the pool scenarios wait for every worker to hold one.
+let blockersRunning = Atomic<Int>(0)
+
+/// Runs `body`, a job that blocks its worker, counted in `blockersRunning` from its start.
+@Sendable func blocking(_ body: () -> Void) {
+    blockersRunning.wrappingAdd(1, ordering: .releasing)
+    body()
+}
+
+/// Waits (up to 10 s; this thread is no worker) until `count` blocking jobs have begun: then they hold the workers.
+func waitForBlockers(_ count: Int) {
+    let deadline = now() + 10_000_000_000
+    while blockersRunning.load(ordering: .acquiring) < count && now() < deadline { usleep(1_000) }
+}
+
 /// Prints the measurements so far.
 @Sendable func report() {
     for line in measurements.withLock({ $0 }) { say(line) }
@@ -789,9 +804,11 @@ case "pool-stats", "pool-stats-off":
     }
     let workers = ProcessInfo.processInfo.activeProcessorCount
     let blockers = (0..<workers).map { index in
-        Task.detached { measured("blocker\(index)") { AsyncStalls.blockingSleep(milliseconds: 3 * thresholdMs) } }
+        Task.detached {
+            measured("blocker\(index)") { blocking { AsyncStalls.blockingSleep(milliseconds: 3 * thresholdMs) } }
+        }
     }
-    usleep(20_000)  // the blockers hold every worker (this is the main thread, no worker)
+    waitForBlockers(workers)
     let burst = (0..<20).map { index in Task.detached { index &* 3 } }
     for task in burst { _ = await task.value }
     for task in blockers { await task.value }
@@ -822,12 +839,12 @@ case "starvation":
             context[TraceparentInstrument.Key.self] = TraceparentInstrument.traceparent(index)
             await ServiceContext.withValue(context) {
                 await StallLabel.withValue("GET /slow/\(index)") {
-                    measured("blocker\(index)") { Starvation.holdTheWorker(milliseconds: 3 * thresholdMs) }
+                    measured("blocker\(index)") { blocking { Starvation.holdTheWorker(milliseconds: 3 * thresholdMs) } }
                 }
             }
         }
     }
-    usleep(20_000)  // the blockers hold every worker (this thread is no worker)
+    waitForBlockers(workers)
     let start = now()
     await burst()
     say("burst \(Double(now() - start) / 1e6)")

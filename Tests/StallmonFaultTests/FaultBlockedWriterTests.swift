@@ -23,7 +23,17 @@ struct FaultBlockedWriterTests {
             usleep(10_000)
             waited += 1
         }
-        usleep(100_000)  // the lock is taken just after the file is created
+        // The lock is taken just after the file is created: until then a non-blocking try of our own succeeds.
+        let probe = open(eventLog, O_RDONLY | O_CLOEXEC)
+        try #require(probe >= 0)
+        defer { close(probe) }
+        var polled = 0
+        while flock(probe, LOCK_EX | LOCK_NB) == 0 && polled < 3_000 {
+            flock(probe, LOCK_UN)
+            usleep(10_000)
+            polled += 1
+        }
+        try #require(polled < 3_000, "flock -x never took the lock")
         let logs = InMemoryLogHandler()
         let configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
         let loop = try Looper(name: "blocked-writer")

@@ -34,6 +34,7 @@ final class ParkedThread: @unchecked Sendable {
 /// Spins until told to stop, inside a dl_iterate_phdr callback (so holding the loader's list lock).
 @inline(never)
 func stallmonTestSpinHoldingTheLoaderLock() {
+    spinningInLoader.store(true, ordering: .releasing)
     while !stopSpinningInLoader.load(ordering: .relaxed) { sched_yield() }
 }
 
@@ -53,6 +54,8 @@ func stallmonTestSpinWithLoaderAddressInFrame(milliseconds: Int, loaderAddress: 
 
 /// Set to stop `spinInsideDlIteratePhdr`.
 private let stopSpinningInLoader = Atomic<Bool>(false)
+/// Set once the spin has begun, inside the callback.
+private let spinningInLoader = Atomic<Bool>(false)
 private let slotReleasedByTheHook = Atomic<Int32>(-1)
 
 @Suite(.serialized)
@@ -375,6 +378,7 @@ struct StackCaptureTests {
         let tid = Atomic<Int32>(0)
         let finished = DispatchSemaphore(value: 0)
         stopSpinningInLoader.store(false, ordering: .relaxed)
+        spinningInLoader.store(false, ordering: .relaxed)
         Thread.detachNewThread {
             Self.unblock(signalNumber)
             tid.store(cstallmon_gettid(), ordering: .releasing)
@@ -390,8 +394,8 @@ struct StackCaptureTests {
             stopSpinningInLoader.store(true, ordering: .relaxed)
             #expect(finished.wait(timeout: .now() + 10) == .success, "the spinning thread left the loader")
         }
-        while tid.load(ordering: .acquiring) == 0 { usleep(1000) }
-        usleep(20_000)  // inside the callback by now
+        // Inside the callback (dl_iterate_phdr may first wait for the lock, which other tests' loads take).
+        try #require(eventually(timeout: .seconds(30)) { spinningInLoader.load(ordering: .acquiring) })
         let slot = cstallmon_slot_acquire(tid.load(ordering: .acquiring))
         try #require(slot >= 0)
         defer { cstallmon_slot_release(slot) }
