@@ -155,10 +155,8 @@ struct NIOStallMonitorTests {
         let ownEpoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         try #require(ownEpoll >= 0)
         defer { close(ownEpoll) }
-        let measured = try group.next().submit { () -> MeasuredStall in
-            let start = MonotonicInstant.now()
-            waitInOwnEpoll(ownEpoll, milliseconds: 300)
-            return MeasuredStall(startNs: start.nanoseconds, endNs: MonotonicInstant.now().nanoseconds)
+        let measured = try group.next().submit {
+            MeasuredStall.timing { waitInOwnEpoll(ownEpoll, milliseconds: 300) }
         }.wait()
         let found = reports(in: directory, count: 1)
         monitor.stop()
@@ -378,7 +376,5 @@ func stallInScheduledTask(milliseconds: Int) -> MeasuredStall {
 
 /// The support module's CPU spin for `milliseconds`, timed by itself.
 func busySpinMeasured(milliseconds: Int) -> MeasuredStall {
-    let start = MonotonicInstant.now()
-    _ = stallmonTestBusySpin(milliseconds: milliseconds)
-    return MeasuredStall(startNs: start.nanoseconds, endNs: MonotonicInstant.now().nanoseconds)
+    MeasuredStall.timing { _ = stallmonTestBusySpin(milliseconds: milliseconds) }
 }

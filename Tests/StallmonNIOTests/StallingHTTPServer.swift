@@ -52,14 +52,14 @@ final class StallingHandler: ChannelInboundHandler, @unchecked Sendable {
         let parts = head.uri.split(separator: "?")
         let path = String(parts.first ?? "/")
         let milliseconds = parts.count > 1 ? Int(parts[1].split(separator: "=").last ?? "0") ?? 0 : 0
-        let start = cstallmon_monotonic_ns()
-        switch path {
-        case "/spin": _ = burnCPUInChannelRead(milliseconds: milliseconds)
-        case "/sleep": sleepInChannelRead(milliseconds: milliseconds)
-        case "/lock": waitForLockInChannelRead()
-        default: break
+        let stall = MeasuredStall.timing {
+            switch path {
+            case "/spin": _ = burnCPUInChannelRead(milliseconds: milliseconds)
+            case "/sleep": sleepInChannelRead(milliseconds: milliseconds)
+            case "/lock": waitForLockInChannelRead()
+            default: break
+            }
         }
-        let stall = MeasuredStall(startNs: start, endNs: cstallmon_monotonic_ns())
         if path != "/" { measured.withLockedValue { $0.append((head.uri, stall, threadName())) } }
         var headers = HTTPHeaders()
         headers.add(name: "content-length", value: "2")

@@ -83,6 +83,13 @@ public struct MeasuredStall: Sendable {
         self.endNs = endNs
     }
 
+    /// Runs `body`, timed by itself.
+    public static func timing(_ body: () -> Void) -> MeasuredStall {
+        let start = MonotonicInstant.now().nanoseconds
+        body()
+        return MeasuredStall(startNs: start, endNs: MonotonicInstant.now().nanoseconds)
+    }
+
     /// What is wrong with `report` as the stall of the iteration that ran this code, or nil.
     ///
     /// The iteration encloses the code: it begins before it (and not before `notBeforeNs`: the end of the code that
@@ -95,14 +102,14 @@ public struct MeasuredStall: Sendable {
     /// `headLimitMs` bound it.
     public func problem(with report: StallReport, notBeforeNs: UInt64 = 0, tailSlackMs: Double = 15,
                         headLimitMs: Double = 1_000) -> String? {
-        func milliseconds(_ later: UInt64, _ earlier: UInt64) -> Double {
+        func millisecondsBetween(_ later: UInt64, _ earlier: UInt64) -> Double {
             Double(Int64(bitPattern: later &- earlier)) / 1e6
         }
         let frozen = report.frozenMs ?? 0
         let reportStart = report.start.monotonicNs
         let reportEnd = reportStart + UInt64((report.durationMs + frozen) * 1e6)
-        let head = milliseconds(startNs, reportStart)
-        let tail = milliseconds(reportEnd, endNs)
+        let head = millisecondsBetween(startNs, reportStart)
+        let tail = millisecondsBetween(reportEnd, endNs)
         let runDelay = report.threadStats?.runDelayMs ?? 0
         let figures = "the iteration began \(head) ms before the code and ended \(tail) ms after it "
             + "(reported \(report.durationMs) ms + \(frozen) ms frozen, code \(milliseconds) ms, "
@@ -112,7 +119,7 @@ public struct MeasuredStall: Sendable {
         guard head >= -rounding, tail >= -rounding else { return "not enclosed: \(figures)" }
         guard tail <= tailSlackMs + runDelay + frozen else { return "ended late: \(figures)" }
         guard reportStart >= notBeforeNs else {
-            return "began \(milliseconds(notBeforeNs, reportStart)) ms before it could have: \(figures)"
+            return "began \(millisecondsBetween(notBeforeNs, reportStart)) ms before it could have: \(figures)"
         }
         guard head <= headLimitMs else { return "began far too early: \(figures)" }
         return nil

@@ -41,26 +41,16 @@ struct InlinedFrameTests {
     }
 
     static func load() throws -> Loaded {
-        let directory = makeTemporaryDirectory()
-        let sourcePath = directory + "/inline_probe.c"
-        try source.write(toFile: sourcePath, atomically: true, encoding: .utf8)
-        let library = directory + "/libinline_probe.so"
         let compiler = try #require(findTool("cc", "gcc", "clang"), "no C compiler")
-        let status = ChildProcess.run(compiler, ["-shared", "-fPIC", "-O2", "-g", "-o", library, sourcePath],
-                                    outputPath: directory + "/cc.log")
-        try #require(status == 0, "cc: \((try? String(contentsOfFile: directory + "/cc.log", encoding: .utf8)) ?? "")")
-        let handle = try #require(dlopen(library, RTLD_NOW))
+        let library = try TestLibrary(source, named: "inline_probe", compiler: compiler, flags: ["-O2", "-g"])
         typealias Outer = @convention(c) (Int32) -> Int32
-        let outer = unsafeBitCast(try #require(dlsym(handle, "inline_outer")), to: Outer.self)
+        let outer = unsafeBitCast(try library.address(of: "inline_outer"), to: Outer.self)
         #expect(outer(1) == 40)  // ((1 + 1) * 3 + 2) * 5
-        let recorded = try #require(dlsym(handle, "inline_probe_return")).assumingMemoryBound(to: UInt.self)
-        let probe = UInt(bitPattern: dlsym(handle, "inline_probe"))
-        try #require(probe != 0)
+        let recorded = try library.address(of: "inline_probe_return").assumingMemoryBound(to: UInt.self)
+        let probe = UInt(bitPattern: try library.address(of: "inline_probe"))
         var lines: [String: Int] = [:]
-        for (number, text) in source.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            for marker in ["LEAF", "MIDDLE", "OUTER"] where text.hasSuffix("// \(marker)") { lines[marker] = number + 1 }
-        }
-        return Loaded(path: library, probe: probe, returnAddress: recorded.pointee, lines: lines)
+        for marker in ["LEAF", "MIDDLE", "OUTER"] { lines[marker] = library.line(marked: marker) }
+        return Loaded(path: library.path, probe: probe, returnAddress: recorded.pointee, lines: lines)
     }
 
     /// binutils' `addr2line -i -f` for `offset` in `module`: (function, line) innermost first.
@@ -98,12 +88,7 @@ struct InlinedFrameTests {
     @Test func reportsCarryInlinedFramesAndOfflineSymbolicationFindsThemAgain() throws {
         let loaded = try Self.load()
         let symbolicator = Symbolicator()
-        let snapshot = StallSnapshot(
-            id: "inline", loopName: "main", threadID: 1, thresholdNanoseconds: 1, since: 0, sinceWall: 0,
-            durationNanoseconds: 1, durationExact: true, ongoing: false, elapsedAtDetection: 0, labelID: 0,
-            samples: [RawSample(capturedAt: 1, status: .ok, frames: [loaded.probe, loaded.returnAddress],
-                                truncated: false, pauseNanoseconds: 1, labelID: 0)])
-        let report = ReportBuilder(symbolicator: symbolicator).build(snapshot)
+        let report = TestLibrary.oneSampleReport([loaded.probe, loaded.returnAddress], symbolicator: symbolicator)
         let stack = try #require(report.samples.first?.frames).map { report.frames[$0] }
         #expect(stack.map(\.symbol) == ["inline_probe", "inline_leaf", "inline_middle", "inline_outer"])
         #expect(stack.map(\.inlined) == [nil, true, true, nil])
@@ -112,14 +97,7 @@ struct InlinedFrameTests {
         #expect(StallProfile.folded([report]) == "inline_outer;inline_middle_[i];inline_leaf_[i];inline_probe 1\n")
 
         // Offline: the inlined frames are dropped, found again from the file, and the samples re-pointed.
-        var stripped = report
-        stripped.frames = report.frames.map { frame in
-            var frame = frame
-            frame.symbol = nil
-            frame.line = nil
-            return frame
-        }
-        let again = OfflineSymbolicator(debugDirectories: []).symbolicate(stripped).report
+        let again = TestLibrary.symbolicatedAgainOffline(report)
         #expect(again.samples.first?.frames.map { again.frames[$0].symbol } == stack.map(\.symbol))
         #expect(again.samples.first?.frames.map { again.frames[$0].line } == stack.map(\.line))
         #expect(again.frames.count == report.frames.count)

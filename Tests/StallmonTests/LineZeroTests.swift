@@ -32,59 +32,40 @@ struct LineZeroTests {
 
     /// The return addresses of the two calls, from the library built with clang (whose assembler keeps line-0 rows;
     /// GNU as drops them). Nil, with the reason recorded, when no clang is found.
-    static func returnAddresses() throws -> (caller: UInt, unlined: UInt, callee: UInt)? {
+    static func returnAddresses() throws -> (caller: UInt, unlined: UInt, callee: UInt, before: Int?)? {
         // The Swift toolchain's own clang, beside `swift` on PATH, or a system one.
         let path = (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map { "\($0)/clang" }
         guard let compiler = path.first(where: { access($0, X_OK) == 0 }) ?? findTool("clang") else {
             Issue.record("no clang on PATH (the Swift toolchain has one)")
             return nil
         }
-        let directory = makeTemporaryDirectory()
-        try source.write(toFile: directory + "/line_zero.c", atomically: true, encoding: .utf8)
-        let library = directory + "/libline_zero.so"
-        let status = ChildProcess.run(compiler, ["-shared", "-fPIC", "-O0", "-g", "-o", library,
-                                                 directory + "/line_zero.c"], outputPath: directory + "/cc.log")
-        try #require(status == 0, "\((try? String(contentsOfFile: directory + "/cc.log", encoding: .utf8)) ?? "")")
-        let handle = try #require(dlopen(library, RTLD_NOW))
+        let library = try TestLibrary(source, named: "line_zero", compiler: compiler, flags: ["-O0", "-g"])
         typealias Function = @convention(c) (Int32) -> Int32
-        let seen = try #require(dlsym(handle, "line_zero_seen")).assumingMemoryBound(to: UInt.self)
-        let callee = UInt(bitPattern: dlsym(handle, "line_zero_callee"))
-        let caller = unsafeBitCast(try #require(dlsym(handle, "line_zero_caller")), to: Function.self)
+        let seen = try library.address(of: "line_zero_seen").assumingMemoryBound(to: UInt.self)
+        let callee = UInt(bitPattern: try library.address(of: "line_zero_callee"))
+        let caller = unsafeBitCast(try library.address(of: "line_zero_caller"), to: Function.self)
         #expect(caller(20) == 41)
         let callerReturn = seen.pointee
-        let unlined = unsafeBitCast(try #require(dlsym(handle, "line_zero_unlined")), to: Function.self)
+        let unlined = unsafeBitCast(try library.address(of: "line_zero_unlined"), to: Function.self)
         #expect(unlined(7) == 7)
-        return (callerReturn, seen.pointee, callee)
+        return (callerReturn, seen.pointee, callee, library.line(marked: "BEFORE"))
     }
 
     @Test("a call on line 0 is given the line before it in its function, as llvm-symbolizer --skip-line-zero")
     func aCallOnLineZeroHasTheLineBeforeIt() throws {
         guard let addresses = try Self.returnAddresses() else { return }
-        let before = try #require(Self.source.split(separator: "\n", omittingEmptySubsequences: false)
-            .firstIndex { $0.hasSuffix("// BEFORE") }) + 1
+        let before = try #require(addresses.before)
         let symbolicator = Symbolicator()
         let caller = symbolicator.symbolize(addresses.caller, isReturnAddress: true)
         #expect(caller.symbol == "line_zero_caller")
         #expect(caller.file?.hasSuffix("line_zero.c") == true, "\(String(describing: caller.file))")
         #expect(caller.line == before, "line 0 took the line before it: \(String(describing: caller.line))")
         // In a report, and found again by offline symbolication, which reads the same file.
-        let snapshot = StallSnapshot(
-            id: "line-zero", loopName: "main", threadID: 1, thresholdNanoseconds: 1, since: 0, sinceWall: 0,
-            durationNanoseconds: 1, durationExact: true, ongoing: false, elapsedAtDetection: 0, labelID: 0,
-            samples: [RawSample(capturedAt: 1, status: .ok, frames: [addresses.callee, addresses.caller],
-                                truncated: false, pauseNanoseconds: 1, labelID: 0)])
-        let report = ReportBuilder(symbolicator: symbolicator).build(snapshot)
+        let report = TestLibrary.oneSampleReport([addresses.callee, addresses.caller], symbolicator: symbolicator)
         let stack = try #require(report.samples.first?.frames).map { report.frames[$0] }
         #expect(stack.map(\.symbol) == ["line_zero_callee", "line_zero_caller"])
         #expect(stack.last?.line == before)
-        var stripped = report
-        stripped.frames = report.frames.map { frame in
-            var frame = frame
-            frame.symbol = nil
-            frame.line = nil
-            return frame
-        }
-        let again = OfflineSymbolicator(debugDirectories: []).symbolicate(stripped).report
+        let again = TestLibrary.symbolicatedAgainOffline(report)
         #expect(again.samples.first?.frames.map { again.frames[$0].line } == stack.map(\.line))
     }
 

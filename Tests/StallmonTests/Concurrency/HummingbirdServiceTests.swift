@@ -59,12 +59,15 @@ struct HummingbirdServiceTests {
         var reports: [StallReport] = []
         /// When (CLOCK_MONOTONIC) the service was seen ready, its port file written: before the first request.
         var readyNs: UInt64 = 0
-        /// The reports of stalls that began after that, but for near misses that waiting for a CPU pushed over the
-        /// threshold: start-up's own stalls (an fsync on a loaded disk, a start-up task waiting for a CPU, which may
-        /// run late) are rightly reported, and are not the requests'.
-        var reportsAfterStart: [StallReport] {
-            reports.filter { $0.start.monotonicNs >= readyNs && !$0.isNearMissPushedOverByWaitingForACPU }
-        }
+        /// The reports of the requests' stalls (`requestsStalls`).
+        var reportsAfterStart: [StallReport] { HummingbirdServiceTests.requestsStalls(reports, readyNs: readyNs) }
+    }
+
+    /// The reports of stalls that began after the service was seen ready (`readyNs`), but for near misses that
+    /// waiting for a CPU pushed over the threshold: start-up's own stalls (an fsync on a loaded disk, a start-up task
+    /// waiting for a CPU, which may run late) are rightly reported, and are not the requests'.
+    static func requestsStalls(_ reports: [StallReport], readyNs: UInt64) -> [StallReport] {
+        reports.filter { $0.start.monotonicNs >= readyNs && !$0.isNearMissPushedOverByWaitingForACPU }
     }
 
     /// Starts the service in `mode`, sends `paths` one after the other, reads /measurements, stops it. With

@@ -85,9 +85,7 @@ struct VaporServiceTests {
         // the fsync of the port file's atomic write, and a start-up check's task once waited 92 ms for a CPU. No
         // request had been sent yet; after it, every stall is a handler's, but for a near miss that waiting for a
         // CPU pushed over the threshold (a start-up check's task may run that late).
-        let afterStart = stalls.filter {
-            $0.start.monotonicNs >= run?.readyNs ?? 0 && !$0.isNearMissPushedOverByWaitingForACPU
-        }
+        let afterStart = HummingbirdServiceTests.requestsStalls(stalls, readyNs: run?.readyNs ?? 0)
         let startUp = stalls.filter { $0.start.monotonicNs < run?.readyNs ?? 0 }
         #expect(!afterStart.contains { $0.topFrame?.symbol.contains("Handlers.") != true },
                 """

@@ -72,9 +72,8 @@ struct LooperMonitoringTests {
         monitor.start()
         let modalSleep = Mutex<MeasuredStall?>(nil)
         loop.schedule(after: .milliseconds(50), label: "modal-timer", mode: Self.modal) {
-            let start = MonotonicInstant.now().nanoseconds
-            stallmonTestSleep(milliseconds: 250)
-            modalSleep.withLock { $0 = MeasuredStall(startNs: start, endNs: MonotonicInstant.now().nanoseconds) }
+            let measured = MeasuredStall.timing { stallmonTestSleep(milliseconds: 250) }
+            modalSleep.withLock { $0 = measured }
         }
         loop.perform {
             loop.run(in: Self.modal, for: .milliseconds(500))

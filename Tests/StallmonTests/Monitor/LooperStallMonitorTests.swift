@@ -20,9 +20,8 @@ struct StallMonitorTests {
         monitor.start()
         let spin = Mutex<MeasuredStall?>(nil)
         loop.schedule(after: .milliseconds(50), label: "spin-timer") {
-            let start = MonotonicInstant.now().nanoseconds
-            _ = stallmonTestBusySpin(milliseconds: 300)
-            spin.withLock { $0 = MeasuredStall(startNs: start, endNs: MonotonicInstant.now().nanoseconds) }
+            let measured = MeasuredStall.timing { _ = stallmonTestBusySpin(milliseconds: 300) }
+            spin.withLock { $0 = measured }
         }
         loop.run(for: .milliseconds(800))
         monitor.stop()
