@@ -47,9 +47,15 @@ struct UploadCommand: ParsableCommand {
 
     @OptionGroup var config: ConfigOptions
 
+    /// The longest --deadline: a year.
+    static let longestDeadline: Double = 365 * 86_400
+
     func validate() throws {
         guard !(once && daemon) else { throw ValidationError("--once and --daemon exclude each other") }
-        guard deadline > 0 else { throw ValidationError("--deadline must be greater than 0") }
+        // NaN fails both comparisons; the bound keeps the nanoseconds within Int64 (a year is 3.2e16 of 9.2e18).
+        guard deadline > 0, deadline <= Self.longestDeadline else {
+            throw ValidationError("--deadline must be greater than 0 and at most \(Int(Self.longestDeadline)) s (a year)")
+        }
         if let format, UploadFormat(rawValue: format.lowercased()) == nil {
             throw ValidationError("unknown --format \(format) (expected otlp or ndjson)")
         }

@@ -189,3 +189,40 @@ struct ArgumentValidationTests {
         }
     }
 }
+
+/// Extreme numbers on the command line: refused with exit 64 and the option named, never a trap (issue 41, item 1:
+/// `stallmon upload --deadline 1e12` ended with "Double value cannot be converted to Int64").
+@Suite("stallmon extreme option values")
+struct ExtremeOptionTests {
+    @Test("upload --deadline extremes are refused", arguments: ["1e12", "1e300", "inf", "-inf", "nan", "0", "-1"])
+    func uploadDeadline(value: String) async throws {
+        try await withTemporaryDirectory { directory in
+            let result = try await CLI.run(["upload", directory.path, "--endpoint", "http://127.0.0.1:9",
+                                            "--once", "--deadline=\(value)"])
+            #expect(result.status == ArgumentValidationTests.usage, "\(result)")
+            #expect(result.stderr.contains("--deadline"), "\(result)")
+            #expect(!result.signaled, "\(result)")
+        }
+    }
+
+    @Test("demo --threshold-ms extremes are refused", arguments: ["1e13", "1e300", "inf", "nan", "600001"])
+    func demoThreshold(value: String) async throws {
+        try await withTemporaryDirectory { directory in
+            let result = try await CLI.run(["demo", "--threshold-ms=\(value)", "--report-dir",
+                                            directory.path("reports"), "--seconds", "1"])
+            #expect(result.status == ArgumentValidationTests.usage, "\(result)")
+            #expect(result.stderr.contains("--threshold-ms"), "\(result)")
+            #expect(!result.signaled, "\(result)")
+        }
+    }
+
+    @Test("report, show and tail with extreme numbers are refused", arguments: [
+        ["report", ".", "--top", "99999999999999999999"], ["report", ".", "--top", "-9223372036854775808"],
+        ["tail", "x", "-n", "99999999999999999999"], ["report", ".", "--since", "inf"],
+    ])
+    func otherOptions(arguments: [String]) async throws {
+        let result = try await CLI.run(arguments)
+        #expect(!result.signaled, "\(result)")
+        #expect(result.status == ArgumentValidationTests.usage || result.status == 1, "\(result)")
+    }
+}

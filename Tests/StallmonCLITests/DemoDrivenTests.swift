@@ -180,7 +180,7 @@ extension DemoDrivenTests {
             return stat[stat.index(close, offsetBy: 2)...].first
         }
 
-        @Test("SIGSTOP for 700 ms of a busy demo: no report, one process.frozen event of at least 500 ms")
+        @Test("SIGSTOP for 700 ms of a busy demo: no report, exactly one process.frozen event, of at least 500 ms")
         func freeze() async throws {
             try await withTemporaryDirectory { temporary in
                 let directory = temporary.path("reports")
@@ -213,7 +213,8 @@ extension DemoDrivenTests {
                     try JSONDecoder().decode(StallEvent.self, from: Data($0.utf8))
                 }
                 let frozen = events.filter { $0.event == "process.frozen" }
-                #expect(frozen.contains { ($0.durationMs ?? 0) >= 500 }, "\(log)")
+                // One stop, one line: the freeze is judged from the whole process, never a watchdog's lateness.
+                #expect(frozen.count == 1 && frozen.contains { ($0.durationMs ?? 0) >= 500 }, "\(log)")
                 #expect(frozen.allSatisfy { $0.loop == "demo-main" }, "\(log)")
                 #expect(!events.contains { $0.event.hasPrefix("stall.") }, "no stall events: \(log)")
             }

@@ -108,3 +108,41 @@ struct ConfigurationTests {
 }
 
 import StallmonLoop
+
+/// Extreme values for every key, from the environment: each is refused with an error naming the key, or accepted as a
+/// configuration that validates and whose durations convert to the watchdog's nanoseconds without a trap (issue 41,
+/// item 1: nothing from outside may trap).
+struct ConfigurationExtremeValueTests {
+    static let extremes = [
+        "99999999999999999999", "-99999999999999999999", "9223372036854775807", "-9223372036854775808",
+        "999999999999", "1e308", "-1e308", "inf", "-inf", "nan", "0x10", "", " ", "1e-320", "-0", "٣", "1_000",
+    ]
+
+    @Test func everyKeyTakesEveryExtremeValueWithoutATrap() {
+        var accepted = 0
+        var refused = 0
+        for key in StallMonitorConfiguration.table {
+            for value in Self.extremes {
+                let variable = "STALLMON_" + key.name.uppercased()
+                do {
+                    let loaded = try StallMonitorConfiguration.load(file: nil, environment: [variable: value])
+                    try loaded.validate()
+                    // What the monitor derives from the durations, as it does at start.
+                    for duration in [loaded.threshold, loaded.sampleInterval, loaded.interimAfter,
+                                     loaded.captureTimeout, loaded.hangAbortAfter, loaded.systemdHangAfter,
+                                     loaded.upload.batchMaxAge, loaded.upload.requestTimeout,
+                                     loaded.upload.backoffBase, loaded.upload.backoffMax, loaded.upload.retryAfterCap,
+                                     loaded.reportMaxAge, loaded.upload.spoolMaxAge] {
+                        _ = UInt64(clamping: duration.nanosecondsClamped)
+                    }
+                    accepted += 1
+                } catch {
+                    #expect(error.description.contains(key.name) || error.description.contains(variable),
+                            "\(variable)=\(value): \(error.description)")
+                    refused += 1
+                }
+            }
+        }
+        #expect(refused > 0 && accepted > 0, "both outcomes seen: \(refused) refused, \(accepted) accepted")
+    }
+}

@@ -38,7 +38,10 @@ package struct OfflineSymbolicator {
                 if cstallmon_symbolizer_add_module(symbolizer, candidate, bias) == 0 {
                     named = probes.contains { probe in
                         var symbol = cstallmon_symbol()
-                        return cstallmon_symbolize(symbolizer, bias + probe, &symbol) == 1 && symbol.symbol != nil
+                        // A report's numbers are outside input: an address past the end of memory names nothing.
+                        let (address, overflow) = bias.addingReportingOverflow(probe)
+                        return !overflow && cstallmon_symbolize(symbolizer, address, &symbol) == 1
+                            && symbol.symbol != nil
                     }
                 }
                 if named {
@@ -59,12 +62,13 @@ package struct OfflineSymbolicator {
             var calls: [InlinedCall] = []
             if let image = frame.image, let symbolizer = usable[image],
                let bias = UInt(report.images[image].loadBias.dropFirst(2), radix: 16),
-               let offsetText = frame.offset, let offset = UInt(offsetText.dropFirst(2), radix: 16) {
+               let offsetText = frame.offset, let offset = UInt(offsetText.dropFirst(2), radix: 16),
+               case (let address, false) = bias.addingReportingOverflow(offset) {
                 var symbol = cstallmon_symbol()
-                if cstallmon_symbolize(symbolizer, bias + offset, &symbol) == 1 {
+                if cstallmon_symbolize(symbolizer, address, &symbol) == 1 {
                     if let raw = symbol.symbol {
                         physical.symbol = Symbolicator.demangle(String(cString: raw))
-                        physical.symbolOffset = Int(symbol.symbol_offset)
+                        physical.symbolOffset = Int(clamping: symbol.symbol_offset)
                     }
                     calls = InlinedCall.read(symbol)
                     if let file = symbol.source_file, symbol.line > 0 {

@@ -50,7 +50,8 @@ final class EventLog {
         try lockCurrentFile()
         defer { _ = flock(fd, LOCK_UN) }
         var size = try currentSize()
-        if size > 0 && size + line.count > maxBytes {
+        // A sparse or truncated log can claim any size: the sum saturates.
+        if size > 0 && (size.addingReportingOverflow(line.count).overflow || size + line.count > maxBytes) {
             try rotate()
             size = try currentSize()
         }

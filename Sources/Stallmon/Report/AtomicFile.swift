@@ -4,9 +4,15 @@ import Glibc
 #endif
 
 extension stat {
-    /// The modification time, nanoseconds since the Unix epoch.
+    /// The modification time, nanoseconds since the Unix epoch: a time before the epoch is 0, one past what
+    /// nanoseconds hold (the year 2554) the largest value. Anyone can `touch -d` a file: it never traps.
     package var modifiedNanoseconds: UInt64 {
-        UInt64(st_mtim.tv_sec) * 1_000_000_000 + UInt64(st_mtim.tv_nsec)
+        guard st_mtim.tv_sec >= 0 else { return 0 }
+        let seconds = UInt64(st_mtim.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
+        let nanoseconds = UInt64(clamping: st_mtim.tv_nsec)
+        guard !seconds.overflow else { return .max }
+        let total = seconds.partialValue.addingReportingOverflow(nanoseconds)
+        return total.overflow ? .max : total.partialValue
     }
 }
 
@@ -123,7 +129,8 @@ package enum AtomicFile {
     /// is the one its name carries (`datedTemporaryName`), else its modification time.
     package static func isAbandonedTemporary(_ name: String, _ info: stat, now: time_t = time(nil)) -> Bool {
         guard name.hasPrefix(".tmp-") else { return false }
-        return now - (creationTime(ofTemporary: name) ?? info.st_mtim.tv_sec) > abandonedTemporaryAge
+        let (age, overflow) = now.subtractingReportingOverflow(creationTime(ofTemporary: name) ?? info.st_mtim.tv_sec)
+        return !overflow && age > abandonedTemporaryAge
     }
 
     /// A temporary name for `name` that carries its own creation time, `.tmp-<name>-t<seconds>-<random>`: for a

@@ -11,7 +11,11 @@ package enum OldestFirstQuota {
                                                time: (Entry) -> UInt64,
                                                removable: (Entry) -> Bool = { _ in true }) -> [Entry] {
         var count = entries.count
-        var total = entries.reduce(0) { $0 + bytes($1) }
+        // Saturating: a sparse file can claim 2^63 - 1 bytes.
+        var total = entries.reduce(0) { sum, entry in
+            let (next, overflow) = sum.addingReportingOverflow(max(bytes(entry), 0))
+            return overflow ? .max : next
+        }
         var remove: [Entry] = []
         for entry in entries {
             let tooOld = now > time(entry) && now - time(entry) > maxAgeNanoseconds
@@ -19,7 +23,7 @@ package enum OldestFirstQuota {
             guard removable(entry) else { continue }
             remove.append(entry)
             count -= 1
-            total -= bytes(entry)
+            total -= min(max(bytes(entry), 0), total)
         }
         return remove
     }

@@ -1,35 +1,38 @@
 import CStallmonLoopShims
 
-/// Tells a whole-process freeze (SIGSTOP, a VM or container pause) from the watchdog thread's own passes: a wake-up
-/// much later than asked for without waiting for a CPU, or a pass that took that long while waiting neither for a
-/// CPU nor on work of its own. Owned by one watchdog thread.
+/// Tells a whole-process freeze (SIGSTOP, a debugger, a VM or container pause) from the watchdog thread's own
+/// lateness. Two gaps are judged: a wake-up much later than asked for, and a pass that took that long. Either is a
+/// freeze only when the process as a whole did not run across it (`FreezeEvidence`): never from the watchdog's
+/// lateness alone, and not at all when the evidence cannot be read. Owned by one watchdog thread.
 struct FreezeWatch {
     private(set) var freezes = FreezeTracker()
     private let minimum: UInt64
-    /// CLOCK_MONOTONIC and this thread's run delay: injected so that the decisions can be tested without threads.
+    /// CLOCK_MONOTONIC, the process's progress and its thread count: injected so that the decisions can be tested
+    /// without threads.
     private let clock: () -> UInt64
-    private let ownRunDelay: () -> UInt64?
+    private let progress: () -> ProcessProgress?
+    private let threadCount: () -> Int?
     private var expectedWake: UInt64?
-    private var runDelayBeforeSleep: UInt64
-    private var delayAtTop: UInt64?
+    private var progressBeforeSleep: ProcessProgress?
+    private var progressAtTop: ProcessProgress?
+    /// The latest verdict on a gap long enough to judge (tests read it).
+    private(set) var lastVerdict: FreezeEvidence.Verdict?
 
     init(thresholdNanoseconds: UInt64, clock: @escaping () -> UInt64 = { cstallmon_monotonic_ns() },
-         ownRunDelay: @escaping () -> UInt64? = { ThreadStats.ownRunDelay() }) {
+         progress: @escaping () -> ProcessProgress? = { ProcessProgress.read() },
+         threadCount: @escaping () -> Int? = { ProcessProgress.threadCount() }) {
         minimum = max(10_000_000, thresholdNanoseconds / 4)
         self.clock = clock
-        self.ownRunDelay = ownRunDelay
-        runDelayBeforeSleep = ownRunDelay() ?? 0
+        self.progress = progress
+        self.threadCount = threadCount
+        progressBeforeSleep = progress()
     }
 
     /// At the top of a pass: the freeze's length when the wake-up at `now` was one.
     mutating func passBegins(now: UInt64) -> UInt64? {
-        delayAtTop = ownRunDelay()
+        progressAtTop = progress()
         guard let expected = expectedWake else { return nil }
-        let delayGrowth = (delayAtTop ?? runDelayBeforeSleep) &- runDelayBeforeSleep
-        guard freezes.observeWake(expected: expected, actual: now, runDelayGrowth: delayGrowth, minimum: minimum) else {
-            return nil
-        }
-        return now - expected
+        return judge(expected: expected, actual: now, before: progressBeforeSleep, after: progressAtTop)
     }
 
     /// The pass watched nothing (no thread bound yet): the next wake-up is not judged.
@@ -39,22 +42,29 @@ struct FreezeWatch {
 
     /// At the end of a pass that began at `began` and sleeps until `wakeAt`: the freeze's length when the pass
     /// itself was one. A freeze can also land while this thread works rather than sleeps (more likely on a loaded
-    /// machine, where it is often preempted mid-pass): the pass then takes as long as the freeze, without waiting
-    /// for a CPU. But a pass also takes long, without waiting for a CPU, when it waits on work of its own: a capture's
-    /// handler (up to `capture_timeout_ms` when the thread blocks the signal), the report writer making a hang's
-    /// report durable. Such a pass (`waitedOnItsOwnWork`) is not judged: its length says nothing of a freeze.
+    /// machine, where it is often preempted mid-pass). A pass that waited on work of its own (a capture's handler,
+    /// up to `capture_timeout_ms`; the report writer) is not judged: its length says nothing of a freeze.
     mutating func passEnds(began: UInt64, waitedOnItsOwnWork: Bool, wakeAt: UInt64) -> UInt64? {
-        let delayAtEnd = ownRunDelay() ?? runDelayBeforeSleep
+        let atEnd = progress()
         let passEnd = clock()
         var frozen: UInt64?
-        if !waitedOnItsOwnWork, let delayAtTop,
-           freezes.observeWake(expected: began, actual: passEnd, runDelayGrowth: delayAtEnd &- delayAtTop,
-                               minimum: minimum)
-        {
-            frozen = passEnd - began
+        if !waitedOnItsOwnWork {
+            frozen = judge(expected: began, actual: passEnd, before: progressAtTop, after: atEnd)
         }
-        runDelayBeforeSleep = delayAtEnd
+        progressBeforeSleep = atEnd
         expectedWake = max(wakeAt, passEnd)
         return frozen
+    }
+
+    private mutating func judge(expected: UInt64, actual: UInt64, before: ProcessProgress?,
+                                after: ProcessProgress?) -> UInt64? {
+        // The thread count is read only for a gap long enough to judge: most passes pay nothing for it.
+        guard actual > expected, actual - expected >= minimum else { return nil }
+        let verdict = FreezeEvidence.judge(expected: expected, actual: actual, before: before, after: after,
+                                           threads: threadCount(), minimum: minimum)
+        lastVerdict = verdict
+        guard verdict == .frozen else { return nil }
+        freezes.record(start: expected, end: actual)
+        return actual - expected
     }
 }

@@ -361,9 +361,15 @@ final class StallTracker {
         snapshot.threadFigures = StallReport.ThreadFigures(
             windowMs: Double(wall) / 1e6, cpuMs: Double(cpu) / 1e6, runDelayMs: Double(delay) / 1e6,
             sleepMs: Double(wall - cpu - delay) / 1e6,
-            voluntarySwitches: Int(stats.voluntarySwitches &- baseline.stats.voluntarySwitches),
-            involuntarySwitches: Int(stats.involuntarySwitches &- baseline.stats.involuntarySwitches))
+            voluntarySwitches: Self.growth(from: baseline.stats.voluntarySwitches, to: stats.voluntarySwitches),
+            involuntarySwitches: Self.growth(from: baseline.stats.involuntarySwitches, to: stats.involuntarySwitches))
         snapshot.threadClass = StallClassifier.classify(cpu: cpu, runDelay: delay, wall: wall)
+    }
+
+    /// How much a counter grew, 0 when it went back: /proc's status can fail to be read after schedstat was (the
+    /// thread ended, EMFILE: the counts are then 0), or a reused thread id starts counting anew.
+    static func growth(from before: UInt64, to after: UInt64) -> Int {
+        after >= before ? Int(clamping: after - before) : 0
     }
 
     private func takeSample(_ capture: (UInt32) -> RawSample, target: Target) -> RawSample {

@@ -28,7 +28,8 @@ struct BatchPlan: Equatable {
         var batch: [SpoolEntry] = []
         var bytes = 0
         for entry in pending.prefix(maxReports) {
-            if bytes + entry.bytes > maxBodyBytes { break }
+            // A sparse file can claim any size: an entry past what the body holds ends the batch, the sum never overflows.
+            if entry.bytes > maxBodyBytes - bytes { break }
             batch.append(entry)
             bytes += entry.bytes
         }

@@ -4,6 +4,7 @@ import StallmonReport
 
 /// IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
 enum HTTPDate {
+    /// Seconds since the epoch, or nil when the text is not an IMF-fixdate within RFC 9110's ranges.
     static func parse(_ text: String) -> Int? {
         let parts = text.split(separator: " ")
         guard parts.count == 6, parts[5] == "GMT", let day = Int(parts[1]), let year = Int(parts[3]) else {
@@ -12,7 +13,10 @@ enum HTTPDate {
         let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
         guard let monthIndex = months.firstIndex(of: String(parts[2])) else { return nil }
         let clock = parts[4].split(separator: ":").compactMap { Int($0) }
-        guard clock.count == 3 else { return nil }
+        // RFC 9110's ranges (a four-digit year; second 60 for a leap second): the arithmetic below stays far from
+        // Int's bounds whatever a server sent.
+        guard clock.count == 3, (1...31).contains(day), (0...9999).contains(year), (0...23).contains(clock[0]),
+              (0...59).contains(clock[1]), (0...60).contains(clock[2]) else { return nil }
         // Days from civil (Howard Hinnant's algorithm).
         let month = monthIndex + 1
         let shiftedYear = month <= 2 ? year - 1 : year

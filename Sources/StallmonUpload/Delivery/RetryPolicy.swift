@@ -36,7 +36,9 @@ enum RetryPolicy {
             if retryableStatuses.contains(status) {
                 var wait = backoff(attempt: attempt, base: baseBackoff, max: maxBackoff, jitter: jitter)
                 if let retryAfter, let seconds = parseRetryAfter(retryAfter, nowEpochSeconds: nowEpochSeconds) {
-                    wait = min(UInt64(seconds) * 1_000_000_000, retryAfterCap)
+                    // The collector's number, saturated: a header of any size is a wait of at most the cap.
+                    let nanoseconds = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+                    wait = nanoseconds.overflow ? retryAfterCap : min(nanoseconds.partialValue, retryAfterCap)
                 }
                 return .retry(afterNanoseconds: wait, reason: "HTTP \(status)")
             }
@@ -52,19 +54,27 @@ enum RetryPolicy {
         }
     }
 
-    /// Exponential backoff with full jitter in [half, full] of base·2^(attempt-1), capped.
+    /// Exponential backoff with full jitter in [half, full] of base·2^(attempt-1), capped. Saturating throughout: an
+    /// overflowing product is the cap, and a jitter outside [0, 1] (NaN included) is clamped to it.
     static func backoff(attempt: Int, base: UInt64, max: UInt64, jitter: Double) -> UInt64 {
-        let exponent = Swift.min(Swift.max(attempt - 1, 0), 30)
-        let full = Swift.min(base.multipliedReportingOverflow(by: UInt64(1) << UInt64(exponent)).partialValue, max)
-        return full / 2 + UInt64(Double(full / 2) * Swift.min(Swift.max(jitter, 0), 1))
+        let exponent = attempt <= 1 ? 0 : Swift.min(attempt - 1, 30)
+        let product = base.multipliedReportingOverflow(by: UInt64(1) << UInt64(exponent))
+        let full = product.overflow ? max : Swift.min(product.partialValue, max)
+        let fraction = jitter.isNaN ? 0 : Swift.min(Swift.max(jitter, 0), 1)
+        return full / 2 + UInt64(Double(full / 2) * fraction).clampedToHalf(of: full)
     }
 
-    /// Retry-After as delta-seconds or an IMF-fixdate (RFC 9110). Returns seconds from now (≥ 0), or nil.
+    /// Retry-After as delta-seconds or an IMF-fixdate (RFC 9110). Returns seconds from now (≥ 0), or nil for a value
+    /// that is neither. Delta-seconds too large for an `Int` saturate to `Int.max` (the caller caps the wait); a date
+    /// in the past is now. Never traps, whatever the collector sent.
     static func parseRetryAfter(_ value: String, nowEpochSeconds: Int) -> Int? {
         let trimmed = value.trimmingWhitespace()
-        if let seconds = Int(trimmed) { return seconds >= 0 ? seconds : nil }
+        if !trimmed.isEmpty, trimmed.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+            return Int(trimmed) ?? Int.max
+        }
         guard let date = HTTPDate.parse(trimmed) else { return nil }
-        return Swift.max(0, date - nowEpochSeconds)
+        let (seconds, overflow) = date.subtractingReportingOverflow(nowEpochSeconds)
+        return overflow ? (date > 0 ? Int.max : 0) : Swift.max(0, seconds)
     }
 }
 
@@ -73,4 +83,9 @@ enum DeliveryOutcome: Equatable {
     case response(status: Int, retryAfter: String?, body: String)
     /// Connection refused or reset, DNS, TLS, timeout: no HTTP answer.
     case transportFailure(String)
+}
+
+private extension UInt64 {
+    /// At most half of `full`: a Double product of `full / 2` and a fraction in [0, 1] can round up past it.
+    func clampedToHalf(of full: UInt64) -> UInt64 { Swift.min(self, full / 2) }
 }

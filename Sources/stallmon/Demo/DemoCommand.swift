@@ -41,7 +41,10 @@ struct DemoCommand: ParsableCommand {
 
     func validate() throws {
         guard seconds > 0, seconds <= 3600 else { throw ValidationError("--seconds must be in (0, 3600]") }
-        guard thresholdMs > 0 else { throw ValidationError("--threshold-ms must be greater than 0 (got \(thresholdMs))") }
+        // NaN fails the comparison; the bound keeps the stalls (2.5 thresholds) within a run of at most an hour.
+        guard thresholdMs > 0, thresholdMs <= 600_000 else {
+            throw ValidationError("--threshold-ms must be greater than 0 and at most 600000 (got \(thresholdMs))")
+        }
         _ = try DemoService.StallKind.parse(stalls)
         guard busyMs >= 0, Double(busyMs) < thresholdMs else {
             throw ValidationError("--busy-ms must be between 0 and the threshold (got \(busyMs))")

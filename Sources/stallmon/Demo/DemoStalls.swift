@@ -95,7 +95,7 @@ enum DemoStalls {
         guard peer >= 0 else { return -1 }
         Thread.detachNewThread {
             cstallmon_set_thread_name("slow-peer")
-            usleep(UInt32(milliseconds) * 1000)
+            usleep(UInt32(clamping: min(max(milliseconds, 0), 4_000_000) * 1000))
             var byte: UInt8 = 42
             _ = write(peer, &byte, 1)
             close(peer)

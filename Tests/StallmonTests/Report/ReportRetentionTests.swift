@@ -31,6 +31,31 @@ struct ReportRetentionTests {
         #expect(byAge.map(\.name) == ["stall-0.json", "stall-2.json"], "older than 3 h, the pending one kept")
     }
 
+    /// Anyone who can write the directory can set a report's times (`touch -d 1969-12-31`), and a sparse file can
+    /// claim 2^63 - 1 bytes: listing and choosing what to remove never trap (issue 41, item 1: the writer thread ran
+    /// this at every start, so one such file ended the service on every restart).
+    @Test func extremeTimesAndSizesAreClearOutcomes() throws {
+        let directory = makeTemporaryDirectory("retention-extremes")
+        for (index, seconds) in [-1, Int(Int64.min / 2), Int(Int64.max / 2), 0].enumerated() {
+            let path = directory + "/stall-2026-11-28T00-00-0\(index)Z-x.json"
+            try Data("{}".utf8).write(to: URL(fileURLWithPath: path))
+            var times = [timespec(tv_sec: seconds, tv_nsec: 0), timespec(tv_sec: seconds, tv_nsec: 999_999_999)]
+            try #require(utimensat(AT_FDCWD, path, &times, 0) == 0 || seconds == Int(Int64.min / 2)
+                         || seconds == Int(Int64.max / 2), "\(errno)")
+        }
+        let sparse = directory + "/stall-2026-11-28T00-00-09Z-sparse.json"
+        try #require(FileManager.default.createFile(atPath: sparse, contents: nil))
+        _ = truncate(sparse, off_t.max)  // refused by some file systems: the sum below is checked either way
+        let entries = ReportRetention.list(directory)
+        #expect(entries.count == 5)
+        let huge = entries + [Entry(name: "x", bytes: Int.max, modified: .max, linkCount: 1),
+                              Entry(name: "y", bytes: Int.max, modified: 0, linkCount: 1),
+                              Entry(name: "z", bytes: -5, modified: 0, linkCount: 1)]
+        let removed = ReportRetention.entriesToRemove(huge, limits: .init(maxCount: 3, maxBytes: 1 << 20,
+                                                                          maxAgeNanoseconds: Self.hour), now: .max)
+        #expect(!removed.isEmpty)
+    }
+
     @Test func aMonitorKeepsItsDirectoryWithinTheLimitsAndKeepsPendingReports() throws {
         let directory = makeTemporaryDirectory()
         // Two old reports from an earlier run, one of them still queued for upload (a hard link in the spool).

@@ -1,0 +1,73 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What the whole process did up to one instant, read by the watchdog on itself: the evidence a freeze is judged
+/// from. A freeze (SIGSTOP, a debugger's stop, a cgroup freeze) stops every thread of the process: none runs, none
+/// waits for a CPU, and every thread that sleeps is woken into the stop and sleeps again, each with a voluntary
+/// context switch of its own (seen here: 7 sleeping threads, 14 switches across one SIGSTOP/SIGCONT). A watchdog that
+/// is late for a reason of its own (blocked in a page fault, a log handler, a metrics backend, a lock) leaves the
+/// other threads as they were.
+struct ProcessProgress: Sendable, Equatable {
+    /// How long the watchdog thread has waited for a CPU in all (its schedstat run_delay), ns.
+    var watchdogRunDelay: UInt64
+    /// CPU time of every thread of the process (CLOCK_PROCESS_CPUTIME_ID), ns.
+    var processCPU: UInt64
+    /// Voluntary context switches of every thread of the process, ended ones included (getrusage's ru_nvcsw).
+    var voluntarySwitches: UInt64
+
+    /// Now, from the calling (watchdog) thread; nil when any part cannot be read (no schedstat in this kernel, /proc
+    /// denied): a freeze is then not judged.
+    static func read() -> ProcessProgress? {
+        guard let runDelay = ThreadStats.ownRunDelay() else { return nil }
+        var cpu = timespec()
+        guard clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0, cpu.tv_sec >= 0, cpu.tv_nsec >= 0 else { return nil }
+        var usage = rusage()
+        guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0, usage.ru_nvcsw >= 0 else { return nil }
+        let seconds = UInt64(cpu.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
+        guard !seconds.overflow else { return nil }
+        return ProcessProgress(watchdogRunDelay: runDelay, processCPU: seconds.partialValue &+ UInt64(cpu.tv_nsec),
+                               voluntarySwitches: UInt64(usage.ru_nvcsw))
+    }
+
+    /// The number of threads of this process now (/proc/self/stat's num_threads), or nil.
+    static func threadCount() -> Int? {
+        guard let stat = ProcFile.read("/proc/self/stat"), let close = stat.lastIndex(of: ")") else { return nil }
+        // Fields after the command's closing parenthesis: state is field 3, num_threads field 20.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 17, let threads = Int(fields[17]), threads > 0 else { return nil }
+        return threads
+    }
+}
+
+/// The freeze judgment: a pure decision over the evidence before and after one gap of the watchdog (a wake-up later
+/// than asked for, or a pass that took long).
+enum FreezeEvidence {
+    /// Why a gap was or was not judged a freeze (tests and the log read it).
+    enum Verdict: Equatable {
+        case frozen
+        /// Too short to judge (below the minimum).
+        case tooShort
+        /// Some evidence could not be read: not judged.
+        case noEvidence
+        /// The watchdog waited for a CPU for much of the gap: a loaded machine, not a freeze.
+        case watchdogWaitedForACPU
+        /// Some thread of the process ran for much of the gap.
+        case processRan
+        /// Fewer voluntary switches than threads: not every thread was stopped; the watchdog was late on its own.
+        case threadsNotStopped
+    }
+
+    /// `before` and `after` the gap [expected, actual]; `threads` the process's threads at its end.
+    static func judge(expected: UInt64, actual: UInt64, before: ProcessProgress?, after: ProcessProgress?,
+                      threads: Int?, minimum: UInt64) -> Verdict {
+        guard actual > expected, actual - expected >= minimum else { return .tooShort }
+        let gap = actual - expected
+        guard let before, let after, let threads else { return .noEvidence }
+        guard after.watchdogRunDelay &- before.watchdogRunDelay < gap / 2 else { return .watchdogWaitedForACPU }
+        // A quarter of the gap: the stop itself and the instants around it cost each thread microseconds.
+        guard after.processCPU &- before.processCPU < gap / 4 else { return .processRan }
+        guard after.voluntarySwitches &- before.voluntarySwitches >= UInt64(threads) else { return .threadsNotStopped }
+        return .frozen
+    }
+}
