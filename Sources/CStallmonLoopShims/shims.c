@@ -4,12 +4,16 @@
 #include "CStallmonLoopShims.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <string.h>
 #include <stdint.h>
+#include <linux/fs.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <time.h>
@@ -167,4 +171,15 @@ int cstallmon_signalfd_take(int fd) {
         if (got >= 0) errno = EIO;
         return -1;
     }
+}
+
+int cstallmon_file_generation(int fd, uint32_t *generation) {
+    int value = 0;
+    if (ioctl(fd, FS_IOC_GETVERSION, &value) != 0) return -1;
+    *generation = (uint32_t)value;
+    return 0;
+}
+
+int cstallmon_rename_noreplace(const char *from, const char *to) {
+    return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
 }

@@ -77,6 +77,59 @@ struct SpoolTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool.pendingDirectory).isEmpty, "nothing aside")
     }
 
+    /// The interim is sent; meanwhile the hang report replaces it, then the final one, and ext4 gives the final the
+    /// interim's freed inode number. Device and inode alone took the final for the delivered interim and removed it,
+    /// unsent (issue 41, item 3). Repeated until the inode was reused, which this machine's ext4 does every time.
+    @Test func aFinalOnTheDeliveredInterimsReusedInodeIsKept() throws {
+        var reused = 0
+        for round in 0..<20 where reused < 3 {
+            let directory = makeTemporaryDirectory("spool-inode-reuse")
+            let spool = Spool(reportDirectory: directory)
+            let path = directory + "/stall-\(round)-abc.json"
+            try AtomicFile.write(Array("interim".utf8), to: path)
+            try spool.enqueue(reportPath: path)
+            let sent = try spool.pending()  // the interim's batch is in flight…
+            var interim = stat()
+            stat(path, &interim)
+            try AtomicFile.write(Array("hang!!!".utf8), to: path)  // …the hang report replaces it…
+            try spool.enqueue(reportPath: path)
+            try AtomicFile.write(Array("final!!".utf8), to: path)  // …then the final one, same size as the interim
+            try spool.enqueue(reportPath: path)
+            var final = stat()
+            stat(path, &final)
+            if final.st_ino == interim.st_ino { reused += 1 }
+            try spool.remove(sent)  // the 2xx for the interim
+            let left = try spool.pending()
+            #expect(left.map(\.name) == ["stall-\(round)-abc.json"], "the final is still pending (round \(round))")
+            #expect(try String(contentsOfFile: spool.pendingDirectory + "/stall-\(round)-abc.json", encoding: .utf8)
+                    == "final!!")
+        }
+        #expect(reused > 0, "the file system reused the interim's inode at least once: the case was exercised")
+    }
+
+    /// A move to rejected/ that fails puts the entry back, but never over a newer one enqueued meanwhile: the newer
+    /// was not refused and must still be sent (issue 41, item 3: a plain rename back replaced it).
+    @Test func aFailedRejectNeverReplacesANewerEntry() throws {
+        let directory = makeTemporaryDirectory("spool-put-back")
+        var spool = Spool(reportDirectory: directory)
+        let path = directory + "/stall-1-abc.json"
+        try AtomicFile.write(Array("interim".utf8), to: path)
+        try spool.enqueue(reportPath: path)
+        let listed = try spool.pending()
+        // rejected/stall-1-abc.json is a directory with something in it: the rename of the aside there fails.
+        try FileManager.default.createDirectory(atPath: spool.rejectedDirectory + "/stall-1-abc.json/x",
+                                                withIntermediateDirectories: true)
+        let enqueueNewer: @Sendable (String) -> Void = { _ in
+            try? AtomicFile.write(Array("final".utf8), to: path)
+            try? Spool(reportDirectory: directory).enqueue(reportPath: path)
+        }
+        spool.afterSettingAside = enqueueNewer
+        #expect(throws: FileError.self) { try spool.reject(listed, reason: "HTTP 400") }
+        #expect(try String(contentsOfFile: spool.pendingDirectory + "/stall-1-abc.json", encoding: .utf8) == "final")
+        let names = try FileManager.default.contentsOfDirectory(atPath: spool.pendingDirectory)
+        #expect(!names.contains { $0.hasPrefix(".aside-") }, "the superseded aside is gone: \(names)")
+    }
+
     @Test func rejectKeepsTheReportAndItsReason() throws {
         let directory = makeTemporaryDirectory()
         try spoolSampleReports(2, into: directory)

@@ -78,6 +78,16 @@ uint64_t cstallmon_monotonic_ns(void);
 void *cstallmon_loop_current(void);
 void cstallmon_loop_set_current(void *loop);
 
+/// The inode's generation number (FS_IOC_GETVERSION: ext4, XFS, btrfs, tmpfs set a new one each time an inode number
+/// is reused), for the spool's "still the same file" checks; an ioctl, variadic in C, so Swift cannot call it.
+/// Returns 0 and stores it, or -1 with errno (ENOTTY: this file system has none). Async-signal-safe (a syscall).
+int cstallmon_file_generation(int fd, uint32_t *generation);
+
+/// rename(2) that never replaces an existing `to` (renameat2 with RENAME_NOREPLACE): putting a spool entry back must
+/// not overwrite a newer one enqueued meanwhile. Returns 0, or -1 with errno (EEXIST: `to` exists; EINVAL or ENOSYS:
+/// this file system or kernel cannot, and nothing was renamed). Async-signal-safe (a syscall).
+int cstallmon_rename_noreplace(const char *from, const char *to);
+
 #ifdef __cplusplus
 }
 #endif

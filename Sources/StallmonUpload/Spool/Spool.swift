@@ -1,3 +1,4 @@
+import CStallmonLoopShims
 import Foundation
 import Stallmon
 import StallmonReport
@@ -185,8 +186,9 @@ package struct Spool: Sendable {
             }
             if name.hasPrefix(".") { continue }  // an aside, the lock
             guard name.hasSuffix(".json"), info.st_mode & S_IFMT == S_IFREG else { continue }  // never a link
-            entries.append(SpoolEntry(name: name, bytes: Int(info.st_size), spooledAt: info.modifiedNanoseconds,
-                                      identity: FileIdentity(info)))
+            guard let (identity, opened) = FileIdentity.of(path) else { continue }  // gone since, or replaced by a link
+            entries.append(SpoolEntry(name: name, bytes: Int(opened.st_size), spooledAt: opened.modifiedNanoseconds,
+                                      identity: identity))
         }
         return entries.sorted { $0.name < $1.name }
     }
@@ -206,8 +208,8 @@ package struct Spool: Sendable {
             throw .last(failure.operation, failure.path)
         }
         afterSettingAside?(aside)
-        var info = stat()
-        return (aside, stat(aside, &info) == 0 && FileIdentity(info) != identity)
+        guard let now = FileIdentity.of(aside)?.identity else { return (aside, false) }
+        return (aside, now != identity)
     }
 
     /// Puts a replaced entry's `aside` back as `entry`, unless an even newer one arrived there meanwhile (`EEXIST`),
@@ -216,10 +218,17 @@ package struct Spool: Sendable {
     private func putBack(_ aside: String, as entry: String) throws(FileError) {
         guard link(aside, entry) == 0 || errno == EEXIST else {
             let failure = FileError.last("restore", entry)
-            _ = rename(aside, entry)
+            restore(aside, as: entry)
             throw failure
         }
         _ = unlink(aside)
+    }
+
+    /// Renames `aside` back to `entry` unless `entry` exists: a newer entry enqueued meanwhile supersedes the aside,
+    /// which is then removed. When neither can be done, the aside stays for `restoreOrphanedAsides`.
+    private func restore(_ aside: String, as entry: String) {
+        if cstallmon_rename_noreplace(aside, entry) == 0 { return }
+        if errno == EEXIST { _ = unlink(aside) }
     }
 
     /// Removes delivered (or dropped) entries, each only if `pending/` still holds the very file that was listed:
@@ -269,7 +278,7 @@ package struct Spool: Sendable {
             }
             guard rename(aside.path, target) == 0 else {
                 let failure = FileError.last("move to rejected", target)
-                _ = rename(aside.path, path(of: entry))
+                restore(aside.path, as: path(of: entry))
                 throw failure
             }
         }

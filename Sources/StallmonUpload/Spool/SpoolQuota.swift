@@ -1,3 +1,4 @@
+import CStallmonLoopShims
 import Glibc
 import Stallmon
 import StallmonReport
@@ -44,17 +45,44 @@ package struct SpoolEntry: Sendable, Equatable {
     }
 }
 
-/// A file's device and inode.
+/// Which file a name held when it was listed: device and inode, and what changes when an inode number is reused for
+/// another file. ext4 hands a freed inode number to the next file created (three times of three for an interim
+/// report replaced by its hang report, then its final one, while the interim was being sent): device and inode alone
+/// took the unsent final for the delivered interim and removed it. The inode's generation (set anew at each reuse,
+/// where the file system keeps one), the modification time to the nanosecond and the size tell them apart; not the
+/// change time, which the spool's own renames and links set.
 package struct FileIdentity: Hashable, Sendable {
     package var device: UInt64
     package var inode: UInt64
+    /// FS_IOC_GETVERSION, nil where the file system has none.
+    package var generation: UInt32?
+    /// st_mtim in nanoseconds since the epoch (saturated): a report is written once, so its content's time.
+    package var modified: UInt64
+    package var size: Int64
 
-    package init(device: UInt64, inode: UInt64) {
+    package init(device: UInt64, inode: UInt64, generation: UInt32? = nil, modified: UInt64 = 0, size: Int64 = 0) {
         self.device = device
         self.inode = inode
+        self.generation = generation
+        self.modified = modified
+        self.size = size
     }
 
-    init(_ info: stat) {
-        self.init(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    init(_ info: stat, generation: UInt32?) {
+        self.init(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), generation: generation,
+                  modified: info.modifiedNanoseconds, size: Int64(info.st_size))
+    }
+
+    /// The identity of the regular file at `path`, without following a link; nil when it is gone or not a regular
+    /// file. Opened (O_PATH cannot ask for the generation) non-blocking, so a FIFO put there never blocks.
+    static func of(_ path: String) -> (identity: FileIdentity, info: stat)? {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        var generation: UInt32 = 0
+        let known = cstallmon_file_generation(fd, &generation) == 0
+        return (FileIdentity(info, generation: known ? generation : nil), info)
     }
 }
