@@ -59,6 +59,7 @@ let package = Package(
         ),
         .target(
             name: "CStallmonCapture",
+            dependencies: ["CStallmonLoopShims"],
             exclude: ["DESIGN.md"],
             cSettings: [.define("_GNU_SOURCE")],
             linkerSettings: [.linkedLibrary("unwind")]

@@ -5,6 +5,7 @@
 // Swift; errno saved and restored.
 #include "capture_state.h"
 
+#include <CStallmonLoopShims.h>
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -142,7 +143,7 @@ static uint64_t read_word(uintptr_t address) {
     uint64_t word = 0;
     struct iovec local = {.iov_base = &word, .iov_len = sizeof word};
     struct iovec remote = {.iov_base = (void *)address, .iov_len = sizeof word};
-    if (address == 0 || syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) != (long)sizeof word) {
+    if (address == 0 || cstallmon_vm_readv(&local, 1UL, &remote, 1UL) != (long)sizeof word) {
         return 0;
     }
     return word;

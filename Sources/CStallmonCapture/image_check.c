@@ -2,6 +2,7 @@
 #include "capture_state.h"
 #include "image_table.h"
 
+#include <CStallmonLoopShims.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -30,7 +31,6 @@ int cstallmon_table_compare_loaded_images(void) {
         struct iovec local[CHECK_BATCH], remote[CHECK_BATCH];
         const table_image *batch[CHECK_BATCH];
         size_t index = 0;
-        const pid_t self = getpid();
         while (index < table->image_count) {
             size_t count = 0, used = 0;
             for (; index < table->image_count && count < CHECK_BATCH; index++) {
@@ -51,7 +51,7 @@ int cstallmon_table_compare_loaded_images(void) {
             }
             // A short read stops at the first image whose headers are no longer mapped (it was unloaded); the
             // images after it in the batch are read one by one.
-            const ssize_t got = process_vm_readv(self, local, count, remote, count, 0);
+            const ssize_t got = cstallmon_vm_readv(local, count, remote, count);
             size_t read_through = got < 0 ? 0 : (size_t)got;
             for (size_t item = 0; item < count; item++) {
                 int same;
@@ -60,7 +60,7 @@ int cstallmon_table_compare_loaded_images(void) {
                     same = memcmp(local[item].iov_base, batch[item]->phdr, local[item].iov_len) == 0;
                 } else {
                     read_through = 0;
-                    same = process_vm_readv(self, &local[item], 1, &remote[item], 1, 0) ==
+                    same = cstallmon_vm_readv(&local[item], 1, &remote[item], 1) ==
                                (ssize_t)local[item].iov_len &&
                            memcmp(local[item].iov_base, batch[item]->phdr, local[item].iov_len) == 0;
                 }

@@ -22,6 +22,7 @@
 #include "capture_state.h"
 #include "image_table.h"
 
+#include <CStallmonLoopShims.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -131,7 +132,7 @@ static void forget_unreadable_headers(image_table *table) {
         unsigned char probe[sizeof(ElfW(Phdr))];
         struct iovec local = {.iov_base = probe, .iov_len = sizeof probe};
         struct iovec remote = {.iov_base = (void *)image->live_phdr, .iov_len = sizeof probe};
-        if (length == 0 || process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof probe) {
+        if (length == 0 || cstallmon_vm_readv(&local, 1, &remote, 1) != (long)sizeof probe) {
             image->live_phdr = 0;
         }
     }

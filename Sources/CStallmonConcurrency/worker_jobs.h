@@ -3,6 +3,7 @@
 #ifndef CSTALLMON_WORKER_JOBS_H
 #define CSTALLMON_WORKER_JOBS_H
 
+#include <CStallmonLoopShims.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -63,7 +64,7 @@ static inline bool read_own(uintptr_t address, void *buffer, size_t length) {
     if (address == 0) return false;
     struct iovec local = {.iov_base = buffer, .iov_len = length};
     struct iovec remote = {.iov_base = (void *)address, .iov_len = length};
-    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)length;
+    return cstallmon_vm_readv(&local, 1, &remote, 1) == (long)length;
 }
 
 #endif

@@ -50,6 +50,8 @@ int cstallmon_epoll_wait(int epfd, cstallmon_ready_event *out, int max_events, i
     struct epoll_event events[BATCH];
     if (max_events > BATCH) max_events = BATCH;
     int count;
+    // Once per process: only where the probe (`cstallmon_syscalls_probe`, run by every Looper's init) allowed it.
+    if (g_has_pwait2 < 0 && !cstallmon_syscall_allowed(CSTALLMON_SYSCALL_EPOLL_PWAIT2)) g_has_pwait2 = 0;
     if (g_has_pwait2 != 0) {
         struct timespec timeout;
         struct timespec *timeout_ptr = NULL;
@@ -174,6 +176,10 @@ int cstallmon_signalfd_take(int fd) {
 }
 
 int cstallmon_file_generation(int fd, uint32_t *generation) {
+    if (cstallmon_syscall_verdict(CSTALLMON_SYSCALL_IOCTL, NULL) != CSTALLMON_SYSCALL_ALLOWED) {
+        errno = ENOSYS;
+        return -1;
+    }
     int value = 0;
     if (ioctl(fd, FS_IOC_GETVERSION, &value) != 0) return -1;
     *generation = (uint32_t)value;
@@ -181,5 +187,9 @@ int cstallmon_file_generation(int fd, uint32_t *generation) {
 }
 
 int cstallmon_rename_noreplace(const char *from, const char *to) {
+    if (cstallmon_syscall_verdict(CSTALLMON_SYSCALL_RENAMEAT2, NULL) != CSTALLMON_SYSCALL_ALLOWED) {
+        errno = ENOSYS;
+        return -1;
+    }
     return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
 }

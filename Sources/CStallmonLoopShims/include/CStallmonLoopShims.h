@@ -80,13 +80,63 @@ void cstallmon_loop_set_current(void *loop);
 
 /// The inode's generation number (FS_IOC_GETVERSION: ext4, XFS, btrfs, tmpfs set a new one each time an inode number
 /// is reused), for the spool's "still the same file" checks; an ioctl, variadic in C, so Swift cannot call it.
-/// Returns 0 and stores it, or -1 with errno (ENOTTY: this file system has none). Async-signal-safe (a syscall).
+/// Returns 0 and stores it, or -1 with errno (ENOTTY: this file system has none; ENOSYS: a seccomp filter forbids the
+/// ioctl). NOT async-signal-safe (may run the system-call probe first).
 int cstallmon_file_generation(int fd, uint32_t *generation);
 
 /// rename(2) that never replaces an existing `to` (renameat2 with RENAME_NOREPLACE): putting a spool entry back must
 /// not overwrite a newer one enqueued meanwhile. Returns 0, or -1 with errno (EEXIST: `to` exists; EINVAL or ENOSYS:
-/// this file system or kernel cannot, and nothing was renamed). Async-signal-safe (a syscall).
+/// this file system, kernel or a seccomp filter cannot, and nothing was renamed). NOT async-signal-safe (may run the
+/// system-call probe first).
 int cstallmon_rename_noreplace(const char *from, const char *to);
+
+// MARK: - What a seccomp filter lets this process do
+
+/// The system calls stallmon makes that a hardened unit may filter: systemd's `@system-service` set leaves out
+/// process_vm_readv (it is in `@debug`), and older systemd versions and container profiles lack the newer ones.
+enum {
+    CSTALLMON_SYSCALL_PROCESS_VM_READV,
+    CSTALLMON_SYSCALL_EPOLL_PWAIT2,
+    CSTALLMON_SYSCALL_RENAMEAT2,
+    CSTALLMON_SYSCALL_TGKILL,
+    CSTALLMON_SYSCALL_GETRUSAGE,
+    CSTALLMON_SYSCALL_IOCTL,
+    CSTALLMON_SYSCALL_COUNT
+};
+
+/// A probe's verdict on one system call.
+enum {
+    /// Not probed yet, or the probe could not tell (no child could be made, no answer within 2 s): not made.
+    CSTALLMON_SYSCALL_UNKNOWN = 0,
+    CSTALLMON_SYSCALL_ALLOWED = 1,
+    /// The filter answers an error (EPERM, EACCES, ENOSYS: the detail), or the kernel lacks it.
+    CSTALLMON_SYSCALL_REFUSED = 2,
+    /// The filter kills the caller (the detail is the signal, SIGSYS).
+    CSTALLMON_SYSCALL_KILLED = 3,
+};
+
+/// Probes every system call above once per process (later calls return at once): with no seccomp filter (`Seccomp:`
+/// 0 in /proc/self/status) all are allowed; with one, each is made in a child process the filter may kill instead of
+/// this one. NOT async-signal-safe (clone, pipe, waitpid); takes up to a few ms with a filter, once.
+void cstallmon_syscalls_probe(void);
+
+/// 1 when system call `which` is known to be allowed, else 0 (before the probe too). Async-signal-safe (an atomic load).
+int cstallmon_syscall_allowed(int which);
+
+/// The verdict on `which` (probing first if need be), its errno or signal in `detail`. NOT async-signal-safe.
+int cstallmon_syscall_verdict(int which, int *detail);
+
+/// The system call's name. Async-signal-safe.
+const char *cstallmon_syscall_name(int which);
+
+/// This process's seccomp mode (0 none, 1 strict, 2 filter; -1 unread). NOT async-signal-safe (probes first).
+int cstallmon_seccomp_mode(void);
+
+struct iovec;
+/// process_vm_readv on this process, made only when the probe allowed it (else -1 with errno EPERM): every read of
+/// this process's own memory that must not fault goes through it. Async-signal-safe (an atomic load, a syscall).
+long cstallmon_vm_readv(const struct iovec *local, unsigned long local_count, const struct iovec *remote,
+                        unsigned long remote_count);
 
 #ifdef __cplusplus
 }

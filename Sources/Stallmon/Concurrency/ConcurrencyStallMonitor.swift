@@ -88,9 +88,13 @@ public final class ConcurrencyStallMonitor: Sendable {
             logger.warning("stallmon: \(reason)")
         }
         mainActorTimed = mainActor && TimedExecutorFactory.timedMainExecutor != nil
-        Self.checkTaskNameLayout(logger: logger)
-        AwaitChain.checkLayout(logger: logger)
-        StallLabel.checkLayout(logger: logger)
+        // Each check reads the runtime's memory with process_vm_readv: where a seccomp filter forbids it, the checks
+        // would only fail and blame the runtime's layout; the filter's own line (at the core's start) says why.
+        if SystemCallFilter.allowsOwnMemoryReads {
+            Self.checkTaskNameLayout(logger: logger)
+            AwaitChain.checkLayout(logger: logger)
+            StallLabel.checkLayout(logger: logger)
+        }
         self.name = name
         self.configuration = configuration
         self.sinks = sinks

@@ -35,6 +35,8 @@ package final class MonitorCore: Sendable {
         } catch {
             throw StallMonitorError(description: error.description)
         }
+        // Before the first system call a hardened unit may kill the service for (process_vm_readv at install).
+        try SystemCallFilter.checkAtStart(logger: logger)
         var message = [CChar](repeating: 0, count: 512)
         guard cstallmon_install(signalNumber, &message, message.count) == 0 else {
             let text = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)

@@ -1,3 +1,4 @@
+import CStallmonLoopShims
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,7 +20,9 @@ struct ProcessProgress: Sendable, Equatable {
     /// Now, from the calling (watchdog) thread; nil when any part cannot be read (no schedstat in this kernel, /proc
     /// denied): a freeze is then not judged.
     static func read() -> ProcessProgress? {
-        guard let runDelay = ThreadStats.ownRunDelay() else { return nil }
+        // getrusage may be filtered (SystemCallFilter): then there is no evidence.
+        guard cstallmon_syscall_allowed(Int32(CSTALLMON_SYSCALL_GETRUSAGE)) == 1,
+              let runDelay = ThreadStats.ownRunDelay() else { return nil }
         var cpu = timespec()
         guard clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0, cpu.tv_sec >= 0, cpu.tv_nsec >= 0 else { return nil }
         var usage = rusage()
