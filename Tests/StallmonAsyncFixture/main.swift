@@ -26,6 +26,9 @@ let scenario = arguments[1]
 let reportDirectory = arguments[2]
 let thresholdMs = arguments.count > 3 ? Int(arguments[3]) ?? 100 : 100
 
+/// RLIMIT_NOFILE as setrlimit takes it (an enum in Swift's Glibc).
+let RLIMIT_NOFILE_VALUE = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+
 @Sendable func say(_ line: String) {
     print(line)
     fflush(nil)
@@ -975,6 +978,48 @@ case "unwinder-loader":
     say("done \(held.backtraces.load(ordering: .relaxed)) backtraces of "
         + "\(held.frames.load(ordering: .relaxed)) frames, "
         + "\(held.iterations.load(ordering: .relaxed)) loader walks")
+
+case "failed-second":
+    // A second monitor on the same report directory fails after joining its pipeline (no descriptor left for its
+    // watchdog's eventfd): the first monitor's pipeline must keep running, so its stall is still reported.
+    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
+                                                  reportDirectory: reportDirectory)
+    configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
+    let firstLoop = try Looper(name: "first-loop")
+    // Joined, not yet started: no watchdog thread opening /proc files that would free a descriptor meanwhile (the
+    // writer's start-up retention is over after the pause).
+    let first = try LooperStallMonitor(loop: firstLoop, configuration: configuration)
+    let secondLoop = try Looper(name: "second-loop")
+    usleep(200_000)
+    var limit = rlimit()
+    getrlimit(RLIMIT_NOFILE_VALUE, &limit)
+    let lowestFree = dup(0)
+    close(lowestFree)
+    var lowered = limit
+    lowered.rlim_cur = rlim_t(lowestFree) + 8
+    setrlimit(RLIMIT_NOFILE_VALUE, &lowered)
+    var fillers: [Int32] = []
+    while case let filler = dup(0), filler >= 0 { fillers.append(filler) }  // every descriptor below is taken now
+    do {
+        _ = try LooperStallMonitor(loop: secondLoop, configuration: configuration)
+        say("error the second monitor was created")
+    } catch {
+        say("refused \(error)")
+    }
+    fillers.forEach { close($0) }
+    setrlimit(RLIMIT_NOFILE_VALUE, &limit)
+    first.start()
+    Thread.detachNewThread { firstLoop.run(for: .seconds(30)) }
+    let ended = DispatchSemaphore(value: 0)
+    firstLoop.perform(label: "first.stall") {
+        measured("first") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+        ended.signal()
+    }
+    ended.wait()
+    usleep(UInt32(2 * thresholdMs * 1000))
+    firstLoop.stop()
+    first.stop()
+    say("done")
 
 case "nio-takeover":
     // NIO's executor take-over first: the global executor's hook is then NIO's.

@@ -57,6 +57,8 @@ package final class MonitorCore: Sendable {
         let source = makeSource(.process(client: client, writer: pipeline.writer, name: name))
         watchdog = Watchdog(source: source, name: name, client: client, writer: pipeline.writer)
         if let failure = watchdog.setupError {
+            // Stopped for good: the deinit that follows the throw must not leave or release a second time.
+            state.withLock { $0.stopped = true }
             pipeline.leave(client, sinksStarted: false, sinkDeadline: .zero)
             cstallmon_release()
             signalHeld.store(false, ordering: .relaxed)

@@ -18,7 +18,9 @@ final class ReportPipeline: Sendable {
     private let control = Mutex<ControlSocket?>(nil)
 
     private struct Members {
-        var clients = 0
+        /// The members, by identity: a client that leaves twice (a monitor whose set-up failed after it joined, then
+        /// stopped by its deinit) counts once, so it never takes the pipeline from the monitors still using it.
+        var clients: Set<ObjectIdentifier> = []
         /// Sinks started by a member, by object identity, with how many started members use each.
         var sinkUsers: [ObjectIdentifier: Int] = [:]
     }
@@ -36,12 +38,12 @@ final class ReportPipeline: Sendable {
         let key = normalized(client.configuration.reportDirectory)
         let result: Result<ReportPipeline, FileError> = registry.withLock { registry in
             if let existing = registry[key] {
-                existing.members.withLock { $0.clients += 1 }
+                existing.members.withLock { _ = $0.clients.insert(ObjectIdentifier(client)) }
                 return .success(existing)
             }
             let made = ReportPipeline(directory: key)
             if let failure = made.writer.setupError { return .failure(failure) }
-            made.members.withLock { $0.clients = 1 }
+            made.members.withLock { _ = $0.clients.insert(ObjectIdentifier(client)) }
             made.writer.start(firstClient: client)
             registry[key] = made
             return .success(made)
@@ -99,6 +101,16 @@ final class ReportPipeline: Sendable {
                 """, metadata: ["directory": "\(directory)", "unwritten": "\(unwritten)",
                                 "waited": "\(Self.writerTimeout)"])
         }
+        let membership: (wasMember: Bool, last: Bool) = Self.registry.withLock { registry in
+            let (wasMember, remaining) = members.withLock { members in
+                (members.clients.remove(ObjectIdentifier(client)) != nil, members.clients.count)
+            }
+            guard wasMember else { return (false, false) }
+            if remaining == 0, registry[directory] === self { registry[directory] = nil }
+            return (true, remaining == 0)
+        }
+        guard membership.wasMember else { return }
+        let last = membership.last
         let toStop: [any StallReportSink] = sinksStarted ? members.withLock { members in
             client.sinks.filter { sink in
                 guard let key = Self.identity(of: sink) else { return true }
@@ -107,14 +119,6 @@ final class ReportPipeline: Sendable {
                 return users <= 0
             }
         } : []
-        let last = Self.registry.withLock { registry in
-            let remaining = members.withLock { members in
-                members.clients -= 1
-                return members.clients
-            }
-            if remaining == 0, registry[directory] === self { registry[directory] = nil }
-            return remaining == 0
-        }
         if last {
             control.withLock { control in
                 control?.stop()
