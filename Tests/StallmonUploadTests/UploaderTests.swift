@@ -199,6 +199,30 @@ struct UploaderTests {
         #expect(reason.contains("HTTP \(status)") && reason.contains("nope \(status)"), "\(reason)")
     }
 
+    /// `rejected/` has bounds of its own (issue 41, item 4: it grew without bound, every report over the body limit and
+    /// every one refused while a collector answered 400 piling up).
+    @Test func rejectedStaysWithinItsBounds() throws {
+        let refusals = [String](repeating: #"{"status":400,"body":"nope"}"#, count: 20).joined(separator: ",")
+        let receiver = try Receiver(plan: "[\(refusals)]")
+        let directory = makeTemporaryDirectory()
+        let ids = try spoolSampleReports(5, into: directory)
+        let spool = Spool(reportDirectory: directory)
+        var configuration = testUploadConfiguration(receiver.baseURL)
+        configuration.rejectedMaxReports = 2
+        let logs = InMemoryLogHandler()
+        let uploader = try Uploader(spool: spool, configuration: configuration, logger: Logger(label: "test") { _ in logs })
+        let statistics = uploader.flush(deadline: .seconds(10))
+        #expect(statistics.rejected == 5)
+        let kept = spool.rejected()
+        #expect(kept.count == 2, "\(kept)")
+        let all = try FileManager.default.contentsOfDirectory(atPath: spool.rejectedDirectory)
+        #expect(all.filter { $0.hasSuffix(".reason") }.count == 2, "the reasons go with their reports: \(all)")
+        #expect(logs.entries.contains { $0.message.description.contains("rejected/ over its bounds") })
+        // The newest stay.
+        #expect(kept.map { String($0.dropLast(".json".count).suffix(8)) } == ids.suffix(2).map { String($0.prefix(8)) },
+                "\(kept)")
+    }
+
     /// Issue 26 (2): a refused batch whose move to rejected/ failed was sent again at once, forever: 100 % CPU, the
     /// same batch re-POSTed back to back and an error line per spin.
     @Test func aRefusedBatchThatCannotBeMovedIsNotResentAndItsMoveIsRetried() throws {

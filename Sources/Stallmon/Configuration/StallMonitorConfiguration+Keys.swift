@@ -93,5 +93,8 @@ extension StallMonitorConfiguration {
         .integer("spool_max_reports", \.upload.spoolMaxReports),
         .integer("spool_max_bytes", \.upload.spoolMaxBytes),
         .hours("spool_max_age_hours", \.upload.spoolMaxAge),
+        .integer("rejected_max_reports", \.upload.rejectedMaxReports),
+        .integer("rejected_max_bytes", \.upload.rejectedMaxBytes),
+        .hours("rejected_max_age_hours", \.upload.rejectedMaxAge),
     ]
 }

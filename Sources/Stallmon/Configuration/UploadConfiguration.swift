@@ -37,6 +37,12 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
     public var spoolMaxReports = 10_000
     public var spoolMaxBytes = 256 << 20
     public var spoolMaxAge: Duration = .seconds(7 * 24 * 3600)
+    /// Bounds of `spool/rejected/` (what collectors refused, kept to be looked at): beyond them the oldest refused
+    /// reports are removed, with their reasons (keys `rejected_max_reports` 1000, `rejected_max_bytes` 64 MiB,
+    /// `rejected_max_age_hours` 720).
+    public var rejectedMaxReports = 1_000
+    public var rejectedMaxBytes = 64 << 20
+    public var rejectedMaxAge: Duration = .seconds(30 * 24 * 3600)
 
     public struct Header: Sendable, Equatable {
         public var name: String
@@ -84,6 +90,10 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
         guard spoolMaxReports >= 1, spoolMaxBytes >= 1024, spoolMaxAge > .zero else {
             throw ConfigurationError("invalid spool quota: spool_max_reports >= 1, spool_max_bytes >= 1024, "
                 + "spool_max_age_hours > 0")
+        }
+        guard rejectedMaxReports >= 1, rejectedMaxBytes >= 1024, rejectedMaxAge > .zero else {
+            throw ConfigurationError("invalid rejected/ bounds: rejected_max_reports >= 1, rejected_max_bytes >= "
+                + "1024, rejected_max_age_hours > 0")
         }
         for (index, header) in headers.enumerated()
         where header.name.isEmpty || header.name.contains(where: { $0 == ":" || $0.isWhitespace }) {

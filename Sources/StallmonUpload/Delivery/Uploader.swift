@@ -176,6 +176,8 @@ package final class Uploader: Sendable {
         var removal = SpoolChore()
         /// Moving refused entries to `rejected/`.
         var rejection = SpoolChore()
+        /// `rejected/` was brought within its bounds once since this uploader started (a config may have lowered them).
+        var rejectedTrimmed = false
     }
 
     /// A spool operation that failed and is retried: next try (monotonic), tries so far, the error being reported.
@@ -247,6 +249,10 @@ package final class Uploader: Sendable {
         let idlePoll: UInt64 = 1_000_000_000
         if state.removal.failing != nil && state.removal.retryAt <= monotonicNow { retryRemovals(&state) }
         if state.rejection.retryAt <= monotonicNow && !refused.withLock({ $0.isEmpty }) { retryRejects(&state) }
+        if !state.rejectedTrimmed {
+            state.rejectedTrimmed = true
+            trimRejected()
+        }
         let pending: [SpoolEntry]
         do {
             pending = notYetDelivered(try enforceQuotas(try spool.pending()))
@@ -397,6 +403,7 @@ package final class Uploader: Sendable {
             logger.error("stallmon: the receiver refused reports; moved to the spool's rejected/ directory",
                          metadata: ["count": "\(entries.count)", "reason": "\(reason)",
                                     "directory": "\(spool.rejectedDirectory)"])
+            trimRejected()
         } catch {
             // Not sent again, never spun on: remembered, and the move retried with backoff. Logged when this starts.
             refused.withLock { refused in
@@ -428,11 +435,29 @@ package final class Uploader: Sendable {
         }
         refused.withLock { $0.removeAll() }
         counters.rejected.wrappingAdd(stillThere.count, ordering: .relaxed)
+        trimRejected()
         logger.notice("stallmon: refused reports are moved to rejected/ again", metadata: [
             "directory": "\(spool.rejectedDirectory)", "moved": "\(stillThere.count)",
             "previousError": "\(state.rejection.failing ?? "")",
         ])
         state.rejection.succeeded()
+    }
+
+    /// Keeps `rejected/` within its bounds (`rejected_max_*`); says what it removed. A failure is logged, not retried
+    /// at once: the next rejection, or the next uploader's start, trims again.
+    private func trimRejected() {
+        let limits = SpoolLimits(maxReports: configuration.rejectedMaxReports, maxBytes: configuration.rejectedMaxBytes,
+                                 maxAgeNanoseconds: UInt64(configuration.rejectedMaxAge.nanosecondsClamped))
+        do {
+            let removed = try spool.trimRejected(limits: limits, now: WallClock.nowNanoseconds())
+            guard !removed.isEmpty else { return }
+            logger.notice("stallmon: rejected/ over its bounds; removed the oldest refused reports", metadata: [
+                "removed": "\(removed.count)", "oldest": "\(removed[0])", "directory": "\(spool.rejectedDirectory)",
+                "limits": "\(limits.maxReports) reports, \(limits.maxBytes) bytes",
+            ])
+        } catch {
+            logger.warning("stallmon: cannot trim rejected/", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Drops the oldest entries beyond the quotas; logs once per batch of drops.

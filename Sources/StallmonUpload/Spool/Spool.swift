@@ -288,6 +288,25 @@ package struct Spool: Sendable {
         }
     }
 
+    /// Removes the oldest refused reports (and their `.reason` files) beyond `limits` at `now` (nanoseconds since the
+    /// epoch); returns their names. Only under the sending lock.
+    @discardableResult
+    func trimRejected(limits: SpoolLimits, now: UInt64) throws(FileError) -> [String] {
+        let entries = rejected().compactMap { name -> SpoolEntry? in
+            var info = stat()
+            guard lstat("\(rejectedDirectory)/\(name)", &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+            return SpoolEntry(name: name, bytes: Int(info.st_size), spooledAt: info.modifiedNanoseconds)
+        }
+        let remove = SpoolQuota.entriesToDrop(entries, limits: limits, now: now)
+        for entry in remove {
+            let path = "\(rejectedDirectory)/\(entry.name)"
+            if unlink(path) != 0 && errno != ENOENT { throw .last("unlink", path) }
+            _ = unlink(path + ".reason")
+        }
+        if !remove.isEmpty { try AtomicFile.syncDirectory(rejectedDirectory) }
+        return remove.map(\.name)
+    }
+
     /// Names in `rejected/` (reports only).
     package func rejected() -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: rejectedDirectory)) ?? [])

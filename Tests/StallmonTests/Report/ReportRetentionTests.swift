@@ -14,7 +14,7 @@ struct ReportRetentionTests {
         let now = 100 * Self.hour
         let entries = (0..<6).map { index in
             Entry(name: "stall-\(index).json", bytes: 100, modified: now - UInt64(6 - index) * Self.hour,
-                  linkCount: index == 1 ? 2 : 1)  // #1 is still queued for upload (linked in the spool)
+                  queued: index == 1)  // #1 is still queued for upload (linked in the spool)
         }
         let byCount = ReportRetention.entriesToRemove(entries, limits: .init(maxCount: 3, maxBytes: 1 << 20,
                                                                              maxAgeNanoseconds: 100 * Self.hour),
@@ -48,12 +48,35 @@ struct ReportRetentionTests {
         _ = truncate(sparse, off_t.max)  // refused by some file systems: the sum below is checked either way
         let entries = ReportRetention.list(directory)
         #expect(entries.count == 5)
-        let huge = entries + [Entry(name: "x", bytes: Int.max, modified: .max, linkCount: 1),
-                              Entry(name: "y", bytes: Int.max, modified: 0, linkCount: 1),
-                              Entry(name: "z", bytes: -5, modified: 0, linkCount: 1)]
+        let huge = entries + [Entry(name: "x", bytes: Int.max, modified: .max, queued: false),
+                              Entry(name: "y", bytes: Int.max, modified: 0, queued: false),
+                              Entry(name: "z", bytes: -5, modified: 0, queued: false)]
         let removed = ReportRetention.entriesToRemove(huge, limits: .init(maxCount: 3, maxBytes: 1 << 20,
                                                                           maxAgeNanoseconds: Self.hour), now: .max)
         #expect(!removed.isEmpty)
+    }
+
+    /// A report a collector refused is linked in `spool/rejected/`: that second link kept it from retention forever
+    /// (issue 41, item 4). Queued means linked in `spool/pending/`, as that very file.
+    @Test func aReportOnlyRejectedIsNotQueued() throws {
+        let directory = makeTemporaryDirectory("retention-rejected")
+        try AtomicFile.createDirectory(directory + "/spool/pending")
+        try AtomicFile.createDirectory(directory + "/spool/rejected")
+        let names = ["stall-1-rejected.json", "stall-2-pending.json", "stall-3-replaced.json", "stall-4-alone.json"]
+        for name in names { try AtomicFile.write(Array("{}".utf8), to: directory + "/" + name) }
+        #expect(link(directory + "/stall-1-rejected.json", directory + "/spool/rejected/stall-1-rejected.json") == 0)
+        #expect(link(directory + "/stall-2-pending.json", directory + "/spool/pending/stall-2-pending.json") == 0)
+        // Pending under its name is another file (a newer report not yet published here): this one is not queued.
+        #expect(link(directory + "/stall-3-replaced.json", directory + "/spool/rejected/stall-3-replaced.json") == 0)
+        try AtomicFile.write(Array("{ }".utf8), to: directory + "/spool/pending/stall-3-replaced.json")
+        let entries = ReportRetention.list(directory)
+        #expect(entries.map(\.name) == names)
+        #expect(entries.map(\.queued) == [false, true, false, false])
+        let removed = ReportRetention.entriesToRemove(entries, limits: .init(maxCount: 2, maxBytes: 1 << 20,
+                                                                             maxAgeNanoseconds: Self.hour),
+                                                     now: WallClock.nowNanoseconds())
+        #expect(removed.map(\.name) == ["stall-1-rejected.json", "stall-3-replaced.json"],
+                "all but the pending one and the newest")
     }
 
     @Test func aMonitorKeepsItsDirectoryWithinTheLimitsAndKeepsPendingReports() throws {
