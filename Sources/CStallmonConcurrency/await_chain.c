@@ -86,12 +86,18 @@ int cstallmon_worker_await_chain(int index, uint64_t sequence, uintptr_t job_con
     if (drain) {
         if (atomic_load_explicit(&g_drain_chains, memory_order_acquire) != 1 || drained_task == 0) return -1;
         task = drained_task;
+    } else if (drained_task != task) {
+        // The task the handler found active (with its job id) must be this job's: the id is what tells, after the
+        // reads, that the task was not freed in its last job and its memory reused meanwhile. The job's sequence
+        // does not: it stays the same until the probe records the job's end, after the task is gone.
+        return -1;
     }
     const int count = cstallmon_task_await_chain(task, job_context, job_frame_pointer, out, capacity, truncated);
-    // Still the same job after the reads (and in a drain, still the same task): it ran throughout, so the callers
+    // Still the same job after the reads, and still the same task by its job id: it ran throughout, so the callers
     // stayed suspended and their contexts alive; what was read is its chain.
     const bool still = drain ? cstallmon_worker_drain_still_runs_task(index, sequence, task, drained_job_id)
-                             : cstallmon_worker_still_runs(index, sequence);
+                             : cstallmon_worker_still_runs(index, sequence) &&
+                                   cstallmon_task_has_job_id(task, drained_job_id);
     return still ? count : -1;
 }
 

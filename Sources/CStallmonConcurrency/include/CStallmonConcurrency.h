@@ -152,11 +152,11 @@ ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size
 /// many were written (at most `capacity`; `truncated` set when more were left), or -1: the job is over or is not a
 /// task, the contexts do not lead to that task's first context, the function the handler found has since returned
 /// (another context below its frame pointer), or the layout check has not passed. The probe is read again after the
-/// reads, so a chain is returned only if its job ran throughout. For an actor's drain job (no task of its own),
-/// `drained_task` and `drained_job_id` are the task the capture found running and its job id (its recorded words),
-/// and the chain is returned only if, after the reads, the drain still runs that task, of that id (and the drain
-/// check passed). For the watchdog thread; NOT
-/// async-signal-safe.
+/// reads, so a chain is returned only if its job ran throughout. `drained_task` and `drained_job_id` are the task the
+/// capture found running and its job id (its recorded words): for a task's job, that task must be the job's, and
+/// still have that id after the reads (a task freed in its last job may be reused before the probe records the
+/// job's end); for an actor's drain job (no task of its own), the drain must still run that task, of that id (and
+/// the drain check have passed). For the watchdog thread; NOT async-signal-safe.
 int cstallmon_worker_await_chain(int index, uint64_t sequence, uintptr_t job_context, uintptr_t job_frame_pointer,
                                  uintptr_t drained_task, uint32_t drained_job_id, uintptr_t *out, uint32_t capacity,
                                  uint32_t *truncated);

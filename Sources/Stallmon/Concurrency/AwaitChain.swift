@@ -104,7 +104,9 @@ extension StackCapturer {
     /// One sample of a worker running the job `reading` shows, with that job's await chain when it still runs.
     func capture(labelID: UInt32, jobOf reading: WorkerReading?) -> RawSample {
         guard let reading else { return capture(labelID: labelID) }
-        let activeTask = reading.isDrain ? cstallmon_worker_active_task_address(reading.index) : 0
+        // The active task and its job id, as the handler finds them while the worker is held: in a drain, the task it
+        // runs; in a task's job, the job's own task, whose id tells after the chain's reads that it was not reused.
+        let activeTask = cstallmon_worker_active_task_address(reading.index)
         var (sample, jobFrame) = capture(
             labelID: labelID, framePointers: framePointerBuffer,
             activeTask: activeTask == 0 ? nil : (activeTask, UInt(CSTALLMON_TASK_JOB_ID_OFFSET)))
