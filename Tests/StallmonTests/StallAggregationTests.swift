@@ -137,6 +137,21 @@ struct StallAggregationTests {
         #expect(decisions[5].suppressedBefore == 2, "the window slid; two were suppressed meanwhile")
     }
 
+    /// Old signatures are forgotten: before, each kept an array (emptied only on its own next admit), so the cleanup
+    /// past 10,000 signatures removed nothing and every later admit filtered the whole map (issue 41, item 7).
+    @Test func oldSignaturesAreForgotten() {
+        var limiter = SignatureRateLimiter(limit: 1, window: 100)
+        for index in 0..<10_000 { _ = limiter.admit("sig-\(index)", now: 0) }
+        #expect(limiter.trackedSignatures == 10_000)
+        _ = limiter.admit("late", now: 1_000)
+        #expect(limiter.trackedSignatures == 1, "only the signature written within the window is left")
+        // Live signatures are not pruned away.
+        var live = SignatureRateLimiter(limit: 1, window: 1_000_000)
+        for index in 0..<10_002 { _ = live.admit("sig-\(index)", now: UInt64(index)) }
+        #expect(live.trackedSignatures == 10_002)
+        #expect(live.admit("sig-5", now: 20_000).write == false, "still limited")
+    }
+
     @Test func theClassIsTheLargestShareOfTheStall() {
         #expect(StallClassifier.classify(cpu: 90, runDelay: 5, wall: 100) == .cpu)
         #expect(StallClassifier.classify(cpu: 5, runDelay: 2, wall: 100) == .blocked)
