@@ -200,7 +200,7 @@ public final class NIOStallMonitor: Sendable {
         _ body: @escaping @Sendable (Int) -> Result
     ) throws(StallMonitorError) -> [Result] {
         let results = Mutex<[Int: Result]>([:])
-        let finished = NSCondition()
+        let finished = MonotonicCondition()
         for (index, loop) in loops.enumerated() {
             let task: @Sendable () -> Void = {
                 let value = body(index)
@@ -212,7 +212,7 @@ public final class NIOStallMonitor: Sendable {
             loop.execute(task)
         }
         let left = deadline - ContinuousClock.now
-        let until = Date(timeIntervalSinceNow: max(0, Double(left.nanosecondsClamped) / 1e9))
+        let until = cstallmon_monotonic_ns() &+ UInt64(clamping: max(0, left.nanosecondsClamped))
         finished.lock()
         while results.withLock({ $0.count }) < loops.count && finished.wait(until: until) {}
         finished.unlock()

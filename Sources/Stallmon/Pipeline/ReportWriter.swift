@@ -35,7 +35,7 @@ final class ReportWriter: Sendable {
     private let queue = Mutex<Queue>(Queue())
     private let wakeSignal = WakeSignal()
     /// Signalled whenever the writer finished a batch, for `flush()`.
-    private let progress = NSCondition()
+    private let progress = MonotonicCondition()
     /// Messages written so far (read under `progress`).
     nonisolated(unsafe) private var processed: UInt64 = 0
     /// Why this thread's wake-up signal could not be created (the monitor then refuses to start).
@@ -85,13 +85,13 @@ final class ReportWriter: Sendable {
         let target = queue.withLock { $0.accepted }
         guard thread.withLock({ $0 != nil }) else { return 0 }
         wakeSignal.wake()
-        let deadline = Date(timeIntervalSinceNow: Double(timeout.nanosecondsClamped) / 1e9)
+        let deadline = cstallmon_monotonic_ns() &+ UInt64(clamping: max(0, timeout.nanosecondsClamped))
         progress.lock()
         defer { progress.unlock() }
         while processed < target {
-            if !progress.wait(until: min(deadline, Date(timeIntervalSinceNow: 1))) {
+            if !progress.wait(until: min(deadline, cstallmon_monotonic_ns() + 1_000_000_000)) {
                 if thread.withLock({ $0 == nil }) { return 0 }
-                if Date() >= deadline { return target - processed }
+                if cstallmon_monotonic_ns() >= deadline { return target - processed }
             }
         }
         return 0

@@ -1,4 +1,5 @@
 import CStallmonCapture
+import CStallmonLoopShims
 import Foundation
 import StallmonReport
 import Synchronization
@@ -34,7 +35,8 @@ final class SnapshotCoordinator: Sendable {
     private let state = Mutex<State>(State())
     /// The request being answered (0: none yet); watchdogs compare it with the last they answered, once per pass.
     private let requested = Atomic<UInt64>(0)
-    private let progress = NSCondition()
+    /// Monotonic: a wall clock stepped back would unbound `collect`, and so `stop()`.
+    private let progress = MonotonicCondition()
     /// One request at a time in the process (several report directories each have a control socket).
     private let requestLock = Mutex<Void>(())
 
@@ -82,10 +84,10 @@ final class SnapshotCoordinator: Sendable {
             return Array(state.participants.values)
         }
         for runner in runners { runner.wake() }
-        let deadline = Date(timeIntervalSinceNow: Double(timeout.nanosecondsClamped) / 1e9)
+        let deadline = cstallmon_monotonic_ns() &+ UInt64(clamping: max(0, timeout.nanosecondsClamped))
         progress.lock()
-        while state.withLock({ !$0.expected.isEmpty }) && Date() < deadline {
-            _ = progress.wait(until: min(deadline, Date(timeIntervalSinceNow: 0.05)))
+        while state.withLock({ !$0.expected.isEmpty }) && cstallmon_monotonic_ns() < deadline {
+            progress.wait(until: min(deadline, cstallmon_monotonic_ns() + 50_000_000))
         }
         progress.unlock()
         return state.withLock { state in
