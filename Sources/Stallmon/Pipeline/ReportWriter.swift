@@ -43,11 +43,16 @@ final class ReportWriter: Sendable {
     private let thread = Mutex<PosixThread?>(nil)
     /// Symbolicators this writer created: one per distinct set of in-app rules among its monitors.
     let symbolicatorsCreated = Atomic<Int>(0)
+    /// Stalls the writer keeps something for until their final report, after its latest batch (tests read it).
+    let stallsKept = Atomic<Int>(0)
 
     private struct Queue {
         var messages: [(Message, ReportClient)] = []
         var stopping = false
         var accepted: UInt64 = 0
+        /// Stalls whose `.finish` the full queue refused: the writer forgets what it kept for them (their rate-limit
+        /// decision, their report's path), which only the finish would have cleared. Bounded like the queue.
+        var abandoned: [String] = []
     }
 
     init(directory: String) {
@@ -109,9 +114,12 @@ final class ReportWriter: Sendable {
         }
         if accepted {
             wakeSignal.wake()
-        } else if case .finish = message {
+        } else if case .finish(let snapshot) = message {
             client.counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
             client.dropped.increment()
+            queue.withLock { state in
+                if state.abandoned.count < Self.queueLimit { state.abandoned.append(snapshot.id) }
+            }
         }
         return accepted
     }
@@ -126,11 +134,16 @@ final class ReportWriter: Sendable {
         while true {
             // Reports a sink refused are offered again every second while there are any.
             wakeSignal.wait(until: state.refusedBySink.isEmpty ? nil : cstallmon_monotonic_ns() + 1_000_000_000)
-            let (batch, stopping) = queue.withLock { state in
-                defer { state.messages.removeAll(keepingCapacity: true) }
-                return (state.messages, state.stopping)
+            let (batch, abandoned, stopping) = queue.withLock { state in
+                defer {
+                    state.messages.removeAll(keepingCapacity: true)
+                    state.abandoned.removeAll()
+                }
+                return (state.messages, state.abandoned, state.stopping)
             }
             for (message, client) in batch { handle(message, client: client, state: &state) }
+            for id in abandoned { state.forget(stall: id) }
+            stallsKept.store(state.stallsKept, ordering: .relaxed)
             if !state.refusedBySink.isEmpty { offerRefusedReportsAgain(&state) }
             progress.lock()
             processed += UInt64(batch.count)
@@ -157,6 +170,15 @@ final class ReportWriter: Sendable {
         var reportPaths: [String: String] = [:]
         /// The rate limit, asked once per stall.
         var admission = StallAdmission()
+
+        /// What was kept for stall `id` until its final report, which will not come (refused by a full queue).
+        mutating func forget(stall id: String) {
+            reportPaths[id] = nil
+            admission.forget(id)
+        }
+
+        /// Stalls something is kept for (tests read it).
+        var stallsKept: Int { Set(reportPaths.keys).union(admission.pendingStalls).count }
         /// Published reports a sink refused (a spool it could not link into), by sink and path: handed to it again
         /// from the published file until it takes them (the latest report of a path only).
         var refusedBySink: [String: (report: StallReport, path: String, client: ReportClient, sink: Int)] = [:]

@@ -45,6 +45,14 @@ struct StallAdmission {
         return ask(signature, limit: limit, now: now)
     }
 
+    /// Forgets stall `id`, whose final report will never come (the writer's queue refused it).
+    mutating func forget(_ id: String) {
+        decided[id] = nil
+    }
+
+    /// The stalls decided whose final has not come.
+    var pendingStalls: Set<String> { Set(decided.keys) }
+
     private mutating func ask(_ signature: String, limit: Int, now: UInt64) -> Decision {
         var limiter = limiters[limit] ?? SignatureRateLimiter(limit: limit, window: Self.window)
         defer { limiters[limit] = limiter }
