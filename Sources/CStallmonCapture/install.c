@@ -1,6 +1,7 @@
 // Installing and releasing the sampling signal, and finding the dynamic loader's list lock the handler must never
 // unwind a holder of. NOT async-signal-safe: runs at install and release only, never in the handler.
 #include "capture_state.h"
+#include <CStallmonLoopShims.h>
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -147,6 +148,9 @@ int cstallmon_install(int signal_number, char *error_buffer, size_t error_buffer
                  signal_name, SIGRTMIN, SIGRTMAX);
         return -1;
     }
+    // Before the image table is built: its checks read this process's memory through the probe's verdict
+    // (process_vm_readv, or /proc/self/mem where a seccomp filter forbids it).
+    (void)cstallmon_syscall_verdict(CSTALLMON_SYSCALL_PROCESS_VM_READV, NULL);
     pthread_mutex_lock(&g_state.mutex);
     const int owned = atomic_load(&g_state.signal_number);
     if (owned != 0) {

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -25,11 +26,17 @@
 #include <unistd.h>
 
 static struct {
-    pthread_once_t once;
+    pthread_mutex_t lock;
     int seccomp_mode;
     _Atomic int verdicts[CSTALLMON_SYSCALL_COUNT];
     int details[CSTALLMON_SYSCALL_COUNT];
-} g_filter = {.once = PTHREAD_ONCE_INIT, .seccomp_mode = -1};
+    // When an unknown verdict may be probed again (CLOCK_MONOTONIC s): a failure to probe (EMFILE, EAGAIN) is not
+    // kept for the life of the process, nor retried at every call.
+    time_t retry_at[CSTALLMON_SYSCALL_COUNT];
+    // /proc/self/mem, opened when process_vm_readv is not allowed: pread on it reads this process's memory without
+    // faulting too (EIO where nothing is mapped). -1: not open.
+    _Atomic int mem_fd;
+} g_filter = {.lock = PTHREAD_MUTEX_INITIALIZER, .seccomp_mode = -2, .mem_fd = -1};
 
 static const char *const g_names[CSTALLMON_SYSCALL_COUNT] = {
     [CSTALLMON_SYSCALL_PROCESS_VM_READV] = "process_vm_readv",
@@ -111,9 +118,21 @@ static int try_call(int which, int scratch_fd) {
 // a pipe, or dies of the filter before it can. Waits at most 2 s.
 static void probe_in_child(int which) {
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) return;  // unknown: the call is not made
+    if (pipe2(fds, O_CLOEXEC) != 0) return;  // unknown: the call is not made, and probed again later
     long pid = syscall(SYS_clone, 0UL, NULL, NULL, NULL, 0UL);
     if (pid == 0) {
+        // A filter that kills dumps core for a single-threaded victim: not this one (a service's core, written by
+        // systemd-coredump at every start). And the filter's SIGSYS, if it traps instead, ends the child rather
+        // than running a crash handler the service installed, in a copy of a multi-threaded process.
+        (void)syscall(SYS_prctl, PR_SET_DUMPABLE, 0UL, 0UL, 0UL, 0UL);
+        struct sigaction fallback;
+        memset(&fallback, 0, sizeof fallback);
+        fallback.sa_handler = SIG_DFL;
+        (void)sigaction(SIGSYS, &fallback, NULL);
+        sigset_t sys;
+        sigemptyset(&sys);
+        sigaddset(&sys, SIGSYS);
+        (void)sigprocmask(SIG_UNBLOCK, &sys, NULL);
         int error = try_call(which, fds[1]);
         unsigned char byte = (unsigned char)(error > 255 ? 255 : error);
         (void)syscall(SYS_write, fds[1], &byte, 1UL);
@@ -139,12 +158,15 @@ static void probe_in_child(int which) {
         if (waited < 0 && errno != EINTR) break;
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - start.tv_sec >= 2) break;
+        const int64_t elapsed_ns =
+            (int64_t)(now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec);
+        if (elapsed_ns >= 2000000000LL) break;
     }
     close(fds[0]);
     int status = 0;
     if (got < 0) kill((pid_t)pid, SIGKILL);  // no answer in time: unknown
-    while (waitpid((pid_t)pid, &status, __WALL) < 0 && errno == EINTR) {
+    pid_t reaped;
+    while ((reaped = waitpid((pid_t)pid, &status, __WALL)) < 0 && errno == EINTR) {
     }
     if (got == 1) {
         const int error = byte;
@@ -153,24 +175,49 @@ static void probe_in_child(int which) {
         const int refused = error == EPERM || error == EACCES || error == ENOSYS;
         g_filter.details[which] = error;
         atomic_store(&g_filter.verdicts[which], refused ? CSTALLMON_SYSCALL_REFUSED : CSTALLMON_SYSCALL_ALLOWED);
-    } else if (got == 0 && WIFSIGNALED(status)) {
-        g_filter.details[which] = WTERMSIG(status);
+    } else if (got == 0 && reaped == (pid_t)pid && WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS) {
+        g_filter.details[which] = SIGSYS;
         atomic_store(&g_filter.verdicts[which], CSTALLMON_SYSCALL_KILLED);
     }
+    // Anything else (no child, no answer, another death, a reaper that took the child first): unknown.
 }
 
-static void probe_all(void) {
-    g_filter.seccomp_mode = read_seccomp_mode();
-    for (int which = 0; which < CSTALLMON_SYSCALL_COUNT; which++) {
-        if (g_filter.seccomp_mode == 0) {
-            atomic_store(&g_filter.verdicts[which], CSTALLMON_SYSCALL_ALLOWED);  // no filter: nothing to test
-        } else {
-            probe_in_child(which);
-        }
+// With the lock held. Probes `which` unless its verdict is known, or unknown and probed less than a second ago.
+static void probe_locked(int which) {
+    if (atomic_load(&g_filter.verdicts[which]) != CSTALLMON_SYSCALL_UNKNOWN) return;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec < g_filter.retry_at[which]) return;
+    g_filter.retry_at[which] = now.tv_sec + 1;
+    if (g_filter.seccomp_mode == 0) {
+        atomic_store(&g_filter.verdicts[which], CSTALLMON_SYSCALL_ALLOWED);  // no filter: nothing to test
+    } else {
+        probe_in_child(which);
+    }
+    if (which == CSTALLMON_SYSCALL_PROCESS_VM_READV &&
+        atomic_load(&g_filter.verdicts[which]) != CSTALLMON_SYSCALL_ALLOWED && atomic_load(&g_filter.mem_fd) < 0) {
+        atomic_store(&g_filter.mem_fd, open("/proc/self/mem", O_RDONLY | O_CLOEXEC));
     }
 }
 
-void cstallmon_syscalls_probe(void) { pthread_once(&g_filter.once, probe_all); }
+// With the lock held. Reads the seccomp mode again: a filter installed since the last probe (a service that
+// sandboxes itself after start-up) makes every verdict stale.
+static void refresh_mode_locked(void) {
+    const int mode = read_seccomp_mode();
+    if (mode == g_filter.seccomp_mode) return;
+    g_filter.seccomp_mode = mode;
+    for (int which = 0; which < CSTALLMON_SYSCALL_COUNT; which++) {
+        atomic_store(&g_filter.verdicts[which], CSTALLMON_SYSCALL_UNKNOWN);
+        g_filter.retry_at[which] = 0;
+    }
+}
+
+void cstallmon_syscalls_probe(void) {
+    pthread_mutex_lock(&g_filter.lock);
+    refresh_mode_locked();
+    for (int which = 0; which < CSTALLMON_SYSCALL_COUNT; which++) probe_locked(which);
+    pthread_mutex_unlock(&g_filter.lock);
+}
 
 int cstallmon_syscall_allowed(int which) {
     if (which < 0 || which >= CSTALLMON_SYSCALL_COUNT) return 0;
@@ -178,10 +225,14 @@ int cstallmon_syscall_allowed(int which) {
 }
 
 int cstallmon_syscall_verdict(int which, int *detail) {
-    cstallmon_syscalls_probe();
     if (which < 0 || which >= CSTALLMON_SYSCALL_COUNT) return CSTALLMON_SYSCALL_UNKNOWN;
+    pthread_mutex_lock(&g_filter.lock);
+    if (g_filter.seccomp_mode == -2) refresh_mode_locked();
+    probe_locked(which);
     if (detail != NULL) *detail = g_filter.details[which];
-    return atomic_load(&g_filter.verdicts[which]);
+    const int verdict = atomic_load(&g_filter.verdicts[which]);
+    pthread_mutex_unlock(&g_filter.lock);
+    return verdict;
 }
 
 const char *cstallmon_syscall_name(int which) {
@@ -189,15 +240,44 @@ const char *cstallmon_syscall_name(int which) {
 }
 
 int cstallmon_seccomp_mode(void) {
-    cstallmon_syscalls_probe();
-    return g_filter.seccomp_mode;
+    pthread_mutex_lock(&g_filter.lock);
+    if (g_filter.seccomp_mode == -2) refresh_mode_locked();
+    const int mode = g_filter.seccomp_mode;
+    pthread_mutex_unlock(&g_filter.lock);
+    return mode;
+}
+
+int cstallmon_own_memory_readable(void) {
+    return cstallmon_syscall_allowed(CSTALLMON_SYSCALL_PROCESS_VM_READV) || atomic_load(&g_filter.mem_fd) >= 0;
 }
 
 long cstallmon_vm_readv(const struct iovec *local, unsigned long local_count, const struct iovec *remote,
                         unsigned long remote_count) {
-    if (!cstallmon_syscall_allowed(CSTALLMON_SYSCALL_PROCESS_VM_READV)) {
-        errno = EPERM;
+    if (cstallmon_syscall_allowed(CSTALLMON_SYSCALL_PROCESS_VM_READV)) {
+        return syscall(SYS_process_vm_readv, (long)getpid(), local, local_count, remote, remote_count, 0UL);
+    }
+    const int mem = atomic_load_explicit(&g_filter.mem_fd, memory_order_relaxed);
+    if (mem < 0 || local_count != remote_count) {
+        errno = mem < 0 ? EPERM : EINVAL;
         return -1;
     }
-    return syscall(SYS_process_vm_readv, (long)getpid(), local, local_count, remote, remote_count, 0UL);
+    // As process_vm_readv: segment by segment, the bytes read until the first that could not be read whole.
+    long total = 0;
+    for (unsigned long index = 0; index < remote_count; index++) {
+        const size_t length = remote[index].iov_len < local[index].iov_len ? remote[index].iov_len
+                                                                            : local[index].iov_len;
+        const uintptr_t address = (uintptr_t)remote[index].iov_base;
+        if (address > (uintptr_t)INT64_MAX) break;
+        ssize_t got;
+        do {
+            got = pread(mem, local[index].iov_base, length, (off_t)address);
+        } while (got < 0 && errno == EINTR);
+        if (got <= 0) {
+            if (total == 0) return -1;
+            break;
+        }
+        total += got;
+        if ((size_t)got < length) break;
+    }
+    return total;
 }

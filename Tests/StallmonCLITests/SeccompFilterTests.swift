@@ -6,7 +6,8 @@ import Testing
 /// A hardened systemd unit (`SystemCallFilter=@system-service`) filters process_vm_readv, which is in `@debug`, and
 /// kills the caller by default. Before (issue 41, item 6): `stallmon demo` under such a filter died of SIGSYS at once,
 /// with no report and no line of log; with EPERM it lived, but blamed the Swift runtime's layout. Now the monitor
-/// probes in a child, runs without what needs the call, and says which unit line restores it.
+/// probes in a child, never makes the call, reads its own memory through /proc/self/mem instead (await chains
+/// remain), and says which unit line restores the call.
 @Suite("a seccomp filter on process_vm_readv", .serialized)
 struct SeccompFilterTests {
     /// `seccomp-launch kill|eperm PROGRAM ARGS…`: installs a filter on process_vm_readv with that action, then execs.
@@ -26,9 +27,16 @@ struct SeccompFilterTests {
             if (argc < 3) return 64;
             unsigned int action = strcmp(argv[1], "kill") == 0 ? SECCOMP_RET_KILL_PROCESS
                                                                 : (SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA));
+        #if defined(__x86_64__)
+            const unsigned int arch = AUDIT_ARCH_X86_64;
+        #elif defined(__aarch64__)
+            const unsigned int arch = AUDIT_ARCH_AARCH64;
+        #else
+        #error "an architecture this launcher knows"
+        #endif
             struct sock_filter filter[] = {
                 BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
                 BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
                 BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
                 BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
@@ -75,7 +83,11 @@ struct SeccompFilterTests {
             #expect(text.contains("SystemCallFilter=process_vm_readv"), "the unit line that restores it: \(text)")
             #expect(!text.contains("not where this build looks"), "the runtime's layout is not blamed: \(text)")
             let names = try FileManager.default.contentsOfDirectory(atPath: reports)
-            #expect(names.contains { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }, "stalls reported: \(names)")
+                .filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }
+            let stalls = try names.map { try ReportReader.read(reports + "/" + $0) }
+            #expect(stalls.contains { $0.topFrame?.symbol.contains("crunchPrimes") == true }, "\(names)")
+            let async = stalls.first { $0.topFrame?.symbol.contains("renderReportInTask") == true }
+            #expect(async?.frames.contains { $0.async == true } == true, "the task's await chain, read without the call")
         }
     }
 

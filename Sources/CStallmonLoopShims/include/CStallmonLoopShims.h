@@ -78,8 +78,8 @@ uint64_t cstallmon_monotonic_ns(void);
 void *cstallmon_loop_current(void);
 void cstallmon_loop_set_current(void *loop);
 
-/// The inode's generation number (FS_IOC_GETVERSION: ext4, XFS, btrfs, tmpfs set a new one each time an inode number
-/// is reused), for the spool's "still the same file" checks; an ioctl, variadic in C, so Swift cannot call it.
+/// The inode's generation number (FS_IOC_GETVERSION: ext4, XFS and btrfs set a new one each time an inode number is
+/// reused; tmpfs and overlayfs answer ENOTTY), for the spool's "still the same file" checks; an ioctl, variadic in C, so Swift cannot call it.
 /// Returns 0 and stores it, or -1 with errno (ENOTTY: this file system has none; ENOSYS: a seccomp filter forbids the
 /// ioctl). NOT async-signal-safe (may run the system-call probe first).
 int cstallmon_file_generation(int fd, uint32_t *generation);
@@ -115,26 +115,34 @@ enum {
     CSTALLMON_SYSCALL_KILLED = 3,
 };
 
-/// Probes every system call above once per process (later calls return at once): with no seccomp filter (`Seccomp:`
-/// 0 in /proc/self/status) all are allowed; with one, each is made in a child process the filter may kill instead of
-/// this one. NOT async-signal-safe (clone, pipe, waitpid); takes up to a few ms with a filter, once.
+/// Probes every system call above whose verdict is not known yet: with no seccomp filter (`Seccomp:` 0 in
+/// /proc/self/status) all are allowed; with one, each is made in a child process the filter may kill instead of this
+/// one (not dumping core). The mode is read again at each call: a filter installed since makes every verdict stale. An
+/// unknown verdict (no child could be made, no answer within 2 s) is probed again, at most once a second. NOT
+/// async-signal-safe (clone, pipe, waitpid, a mutex); a few ms per call probed, with a filter.
 void cstallmon_syscalls_probe(void);
 
-/// 1 when system call `which` is known to be allowed, else 0 (before the probe too). Async-signal-safe (an atomic load).
+/// 1 when system call `which` is known to be allowed, else 0 (before its probe too). Async-signal-safe (an atomic
+/// load).
 int cstallmon_syscall_allowed(int which);
 
-/// The verdict on `which` (probing first if need be), its errno or signal in `detail`. NOT async-signal-safe.
+/// The verdict on `which` (probing it first if need be), its errno or signal in `detail`. NOT async-signal-safe.
 int cstallmon_syscall_verdict(int which, int *detail);
 
 /// The system call's name. Async-signal-safe.
 const char *cstallmon_syscall_name(int which);
 
-/// This process's seccomp mode (0 none, 1 strict, 2 filter; -1 unread). NOT async-signal-safe (probes first).
+/// This process's seccomp mode (0 none, 1 strict, 2 filter; -1 unread). NOT async-signal-safe.
 int cstallmon_seccomp_mode(void);
 
+/// 1 when this process's own memory can be read without faulting: process_vm_readv is allowed, or (where a filter
+/// forbids it) /proc/self/mem was opened instead. Async-signal-safe (atomic loads).
+int cstallmon_own_memory_readable(void);
+
 struct iovec;
-/// process_vm_readv on this process, made only when the probe allowed it (else -1 with errno EPERM): every read of
-/// this process's own memory that must not fault goes through it. Async-signal-safe (an atomic load, a syscall).
+/// process_vm_readv on this process when the probe allowed it; else the same reads with pread on /proc/self/mem
+/// (opened by the probe; segments paired one to one), else -1 with errno EPERM. Every read of this process's own
+/// memory that must not fault goes through it. Async-signal-safe (atomic loads, system calls).
 long cstallmon_vm_readv(const struct iovec *local, unsigned long local_count, const struct iovec *remote,
                         unsigned long remote_count);
 

@@ -12,7 +12,10 @@ struct FreezeWatch {
     private let clock: () -> UInt64
     private let progress: () -> ProcessProgress?
     private let threadCount: () -> Int?
+    private let cpus: Int
     private var expectedWake: UInt64?
+    /// When the latest sleep began (the end of the pass before it): a late wake-up's readings span from there.
+    private var sleptAt: UInt64?
     private var progressBeforeSleep: ProcessProgress?
     private var progressAtTop: ProcessProgress?
     /// The latest verdict on a gap long enough to judge (tests read it).
@@ -20,8 +23,10 @@ struct FreezeWatch {
 
     init(thresholdNanoseconds: UInt64, clock: @escaping () -> UInt64 = { cstallmon_monotonic_ns() },
          progress: @escaping () -> ProcessProgress? = { ProcessProgress.read() },
-         threadCount: @escaping () -> Int? = { ProcessProgress.threadCount() }) {
+         threadCount: @escaping () -> Int? = { ProcessProgress.threadCount() },
+         cpus: Int = ProcessProgress.usableCPUs()) {
         minimum = max(10_000_000, thresholdNanoseconds / 4)
+        self.cpus = cpus
         self.clock = clock
         self.progress = progress
         self.threadCount = threadCount
@@ -32,7 +37,8 @@ struct FreezeWatch {
     mutating func passBegins(now: UInt64) -> UInt64? {
         progressAtTop = progress()
         guard let expected = expectedWake else { return nil }
-        return judge(expected: expected, actual: now, before: progressBeforeSleep, after: progressAtTop)
+        return judge(expected: expected, actual: now, since: sleptAt ?? expected, before: progressBeforeSleep,
+                     after: progressAtTop)
     }
 
     /// The pass watched nothing (no thread bound yet): the next wake-up is not judged.
@@ -49,19 +55,22 @@ struct FreezeWatch {
         let passEnd = clock()
         var frozen: UInt64?
         if !waitedOnItsOwnWork {
-            frozen = judge(expected: began, actual: passEnd, before: progressAtTop, after: atEnd)
+            frozen = judge(expected: began, actual: passEnd, since: began, before: progressAtTop, after: atEnd)
         }
         progressBeforeSleep = atEnd
+        sleptAt = passEnd
         expectedWake = max(wakeAt, passEnd)
         return frozen
     }
 
-    private mutating func judge(expected: UInt64, actual: UInt64, before: ProcessProgress?,
+    /// The readings `before` were taken at `since`, `after` at `actual`.
+    private mutating func judge(expected: UInt64, actual: UInt64, since: UInt64, before: ProcessProgress?,
                                 after: ProcessProgress?) -> UInt64? {
         // The thread count is read only for a gap long enough to judge: most passes pay nothing for it.
         guard actual > expected, actual - expected >= minimum else { return nil }
-        let verdict = FreezeEvidence.judge(expected: expected, actual: actual, before: before, after: after,
-                                           threads: threadCount(), minimum: minimum)
+        let verdict = FreezeEvidence.judge(expected: expected, actual: actual, window: actual &- min(since, actual),
+                                           before: before, after: after, threads: threadCount(), cpus: cpus,
+                                           minimum: minimum)
         lastVerdict = verdict
         guard verdict == .frozen else { return nil }
         freezes.record(start: expected, end: actual)

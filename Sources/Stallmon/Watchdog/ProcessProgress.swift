@@ -21,7 +21,7 @@ struct ProcessProgress: Sendable, Equatable {
     /// denied): a freeze is then not judged.
     static func read() -> ProcessProgress? {
         // getrusage may be filtered (SystemCallFilter): then there is no evidence.
-        guard cstallmon_syscall_allowed(Int32(CSTALLMON_SYSCALL_GETRUSAGE)) == 1,
+        guard cstallmon_syscall_verdict(Int32(CSTALLMON_SYSCALL_GETRUSAGE), nil) == Int32(CSTALLMON_SYSCALL_ALLOWED),
               let runDelay = ThreadStats.ownRunDelay() else { return nil }
         var cpu = timespec()
         guard clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0, cpu.tv_sec >= 0, cpu.tv_nsec >= 0 else { return nil }
@@ -31,6 +31,11 @@ struct ProcessProgress: Sendable, Equatable {
         guard !seconds.overflow else { return nil }
         return ProcessProgress(watchdogRunDelay: runDelay, processCPU: seconds.partialValue &+ UInt64(cpu.tv_nsec),
                                voluntarySwitches: UInt64(usage.ru_nvcsw))
+    }
+
+    /// The CPUs online (1 at least): what the process's threads can run on at most.
+    static func usableCPUs() -> Int {
+        max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
     }
 
     /// The number of threads of this process now (/proc/self/stat's num_threads), or nil.
@@ -61,15 +66,21 @@ enum FreezeEvidence {
         case threadsNotStopped
     }
 
-    /// `before` and `after` the gap [expected, actual]; `threads` the process's threads at its end.
-    static func judge(expected: UInt64, actual: UInt64, before: ProcessProgress?, after: ProcessProgress?,
-                      threads: Int?, minimum: UInt64) -> Verdict {
+    /// `before` and `after` the gap [expected, actual]; the readings span `window` (≥ the gap: a late wake-up's
+    /// readings were taken before the sleep that ran into it, during which the process ran on up to `cpus` CPUs);
+    /// `threads` the process's threads at its end.
+    static func judge(expected: UInt64, actual: UInt64, window: UInt64, before: ProcessProgress?,
+                      after: ProcessProgress?, threads: Int?, cpus: Int, minimum: UInt64) -> Verdict {
         guard actual > expected, actual - expected >= minimum else { return .tooShort }
         let gap = actual - expected
         guard let before, let after, let threads else { return .noEvidence }
         guard after.watchdogRunDelay &- before.watchdogRunDelay < gap / 2 else { return .watchdogWaitedForACPU }
-        // A quarter of the gap: the stop itself and the instants around it cost each thread microseconds.
-        guard after.processCPU &- before.processCPU < gap / 4 else { return .processRan }
+        // What the threads may have run outside the gap, plus a quarter of the gap (the stop itself and the instants
+        // around it cost each thread microseconds).
+        let outside = UInt64(max(1, min(cpus, threads))).multipliedReportingOverflow(by: window &- min(window, gap))
+        let sum = outside.partialValue.addingReportingOverflow(gap / 4)
+        let allowance = outside.overflow || sum.overflow ? UInt64.max : sum.partialValue
+        guard after.processCPU &- before.processCPU < allowance else { return .processRan }
         guard after.voluntarySwitches &- before.voluntarySwitches >= UInt64(threads) else { return .threadsNotStopped }
         return .frozen
     }

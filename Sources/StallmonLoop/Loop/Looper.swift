@@ -81,8 +81,8 @@ public final class Looper: @unchecked Sendable {
     /// Creates a loop. Throws when the kernel refuses an epoll instance or an eventfd (descriptor exhaustion).
     public init(name: String) throws(LooperError) {
         self.name = name
-        // Once per process: which system calls a seccomp filter allows (epoll_pwait2 is newer than some filters).
-        cstallmon_syscalls_probe()
+        // Whether a seccomp filter allows epoll_pwait2 (newer than some filters): probed once, in a child.
+        _ = cstallmon_syscall_verdict(Int32(CSTALLMON_SYSCALL_EPOLL_PWAIT2), nil)
         let epoll = cstallmon_epoll_create()
         guard epoll >= 0 else { throw LooperError(description: "epoll_create1 failed: \(Self.errnoText())") }
         let wake = cstallmon_eventfd_create()

@@ -186,7 +186,10 @@ package struct Spool: Sendable {
             }
             if name.hasPrefix(".") { continue }  // an aside, the lock
             guard name.hasSuffix(".json"), info.st_mode & S_IFMT == S_IFREG else { continue }  // never a link
-            guard let (identity, opened) = FileIdentity.of(path) else { continue }  // gone since, or replaced by a link
+            // Opened for its generation; when it cannot be (EMFILE, EACCES), from lstat: an identity without one never
+            // equals one with it, so such an entry is at worst kept and sent again, never removed unsent.
+            let (identity, opened) = FileIdentity.of(path) ?? (FileIdentity(info, generation: nil), info)
+            guard opened.st_mode & S_IFMT == S_IFREG else { continue }
             entries.append(SpoolEntry(name: name, bytes: Int(opened.st_size), spooledAt: opened.modifiedNanoseconds,
                                       identity: identity))
         }
@@ -208,8 +211,11 @@ package struct Spool: Sendable {
             throw .last(failure.operation, failure.path)
         }
         afterSettingAside?(aside)
-        guard let now = FileIdentity.of(aside)?.identity else { return (aside, false) }
-        return (aside, now != identity)
+        if let now = FileIdentity.of(aside)?.identity { return (aside, now != identity) }
+        // Gone (another uploader put it back or removed it): nothing to compare. There but not readable now
+        // (EMFILE): taken as newer, so it is put back and sent again rather than removed unsent.
+        var info = stat()
+        return (aside, lstat(aside, &info) == 0)
     }
 
     /// Puts a replaced entry's `aside` back as `entry`, unless an even newer one arrived there meanwhile (`EEXIST`),

@@ -48,9 +48,10 @@ package struct SpoolEntry: Sendable, Equatable {
 /// Which file a name held when it was listed: device and inode, and what changes when an inode number is reused for
 /// another file. ext4 hands a freed inode number to the next file created (three times of three for an interim
 /// report replaced by its hang report, then its final one, while the interim was being sent): device and inode alone
-/// took the unsent final for the delivered interim and removed it. The inode's generation (set anew at each reuse,
-/// where the file system keeps one), the modification time to the nanosecond and the size tell them apart; not the
-/// change time, which the spool's own renames and links set.
+/// took the unsent final for the delivered interim and removed it. The inode's generation (set anew at each reuse on
+/// ext4, XFS and btrfs; tmpfs and overlayfs have none), the modification time (to the kernel's timestamp granularity:
+/// a clock tick on older kernels) and the size tell them apart; not the change time, which the spool's own renames
+/// and links set. Without a generation, two reports of one size written within one tick would look the same.
 package struct FileIdentity: Hashable, Sendable {
     package var device: UInt64
     package var inode: UInt64

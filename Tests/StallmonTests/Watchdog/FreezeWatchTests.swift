@@ -28,7 +28,8 @@ struct FreezeWatchTests {
     /// A 100 ms threshold: a freeze is at least 25 ms.
     func makeWatch(_ process: ProcessState) -> FreezeWatch {
         FreezeWatch(thresholdNanoseconds: 100 * Self.ms, clock: { process.now },
-                    progress: { process.readable ? process.progress : nil }, threadCount: { process.threads })
+                    progress: { process.readable ? process.progress : nil }, threadCount: { process.threads },
+                    cpus: 2)
     }
 
     // MARK: - Real freezes
@@ -55,6 +56,23 @@ struct FreezeWatchTests {
         #expect(watch.passEnds(began: began, waitedOnItsOwnWork: false, wakeAt: began + 10 * Self.ms)
                 == 208 * Self.ms)
         #expect(watch.freezes.count == 1)
+    }
+
+    /// A busy process stopped while the watchdog slept: its threads ran on both CPUs until the stop, within the
+    /// readings' window but outside the gap. Judged against the gap alone, that CPU time hid the freeze (a review of
+    /// this first fix).
+    @Test func aBusyProcessStoppedWhileTheWatchdogSleptIsAFreeze() {
+        let process = ProcessState()
+        var watch = makeWatch(process)
+        let began = process.now
+        _ = watch.passBegins(now: began)
+        process.now += 1 * Self.ms
+        _ = watch.passEnds(began: began, waitedOnItsOwnWork: false, wakeAt: began + 51 * Self.ms)
+        process.now += 50 * Self.ms
+        process.progress.processCPU += 100 * Self.ms  // both CPUs busy for the 50 ms sleep
+        process.freeze(for: 300 * Self.ms)  // then SIGSTOP: woken 300 ms late
+        #expect(watch.passBegins(now: process.now) == 300 * Self.ms)
+        #expect(watch.lastVerdict == .frozen)
     }
 
     // MARK: - The watchdog late on its own
