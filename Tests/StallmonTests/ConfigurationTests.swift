@@ -127,14 +127,15 @@ struct ConfigurationExtremeValueTests {
                 do {
                     let loaded = try StallMonitorConfiguration.load(file: nil, environment: [variable: value])
                     try loaded.validate()
-                    // What the monitor derives from the durations, as it does at start.
+                    // What the monitor and the uploader derive from the durations, as they do (a trapping conversion
+                    // of what validation keeps positive: a value it let through negative ends this test).
                     for duration in [loaded.threshold, loaded.sampleInterval, loaded.interimAfter,
-                                     loaded.captureTimeout, loaded.hangAbortAfter, loaded.systemdHangAfter,
-                                     loaded.upload.batchMaxAge, loaded.upload.requestTimeout,
+                                     loaded.captureTimeout, loaded.upload.batchMaxAge, loaded.upload.requestTimeout,
                                      loaded.upload.backoffBase, loaded.upload.backoffMax, loaded.upload.retryAfterCap,
-                                     loaded.reportMaxAge, loaded.upload.spoolMaxAge] {
-                        _ = UInt64(clamping: duration.nanosecondsClamped)
+                                     loaded.reportMaxAge, loaded.upload.spoolMaxAge, loaded.upload.rejectedMaxAge] {
+                        _ = UInt64(duration.nanosecondsClamped)
                     }
+                    if loaded.hangAction == .abort { _ = UInt64(loaded.hangAbortAfter.nanosecondsClamped) }
                     accepted += 1
                 } catch {
                     #expect(error.description.contains(key.name) || error.description.contains(variable),
