@@ -43,11 +43,6 @@ final class ControlSocket: Sendable {
             client.logger.warning("stallmon: no control socket (snapshots on demand): \(String(cString: strerror(errno)))")
             return nil
         }
-        guard let address = UnixSocketAddress(path) else {
-            close(descriptor)
-            client.logger.warning("stallmon: no control socket (snapshots on demand): the path \(path) is too long")
-            return nil
-        }
         // Right before anything is bound, removed or looked at there: the directory may have been created (by
         // another user) since the monitor checked it at creation.
         do {
@@ -70,7 +65,11 @@ final class ControlSocket: Sendable {
         unlink(path)  // a socket left by an earlier process of this pid (pids are reused)
         // The socket file takes the unbound socket's mode (less the umask) when bound: set here, on the descriptor,
         // never by path afterwards (a path can be swapped between bind and chmod).
-        let bound = fchmod(descriptor, 0o600) == 0 ? address.withSockaddr { bind(descriptor, $0, $1) } : -1
+        // A report directory whose path is too long for sun_path is reached through its descriptor: the socket is
+        // bound at `path` all the same.
+        let bound = fchmod(descriptor, 0o600) == 0
+            ? UnixSocketAddress.reaching(path) { address in address.withSockaddr { bind(descriptor, $0, $1) } } ?? -1
+            : -1
         guard bound == 0, listen(descriptor, 8) == 0 else {
             let reason = String(cString: strerror(errno))
             close(descriptor)

@@ -44,7 +44,10 @@ package enum ControlSocketClient {
     /// connect to a listener whose backlog is full blocks until it accepts, so it is made non-blocking and tried
     /// again every 10 ms (`EAGAIN` once `timeout` passes). The descriptor is blocking again when returned.
     private static func connect(to path: String, timeout: Duration) -> Result<Int32, ConnectFailure> {
-        guard let address = UnixSocketAddress(path) else { return .failure(.tooLong) }
+        UnixSocketAddress.reaching(path) { connect(to: $0, timeout: timeout) } ?? .failure(.tooLong)
+    }
+
+    private static func connect(to address: UnixSocketAddress, timeout: Duration) -> Result<Int32, ConnectFailure> {
         let flags = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
         let descriptor = socket(AF_UNIX, flags, 0)
         guard descriptor >= 0 else { return .failure(.system(errno)) }

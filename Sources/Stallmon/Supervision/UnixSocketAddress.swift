@@ -28,4 +28,20 @@ struct UnixSocketAddress {
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, length) }
         }
     }
+
+    /// Runs `body` with an address that reaches the file-system `path`, however long: a path that does not fit
+    /// `sun_path` (108 bytes) is reached through its directory, opened for the call, as `/proc/self/fd/N/name` (the
+    /// socket is still bound or found at `path` itself). Nil when it cannot be (the directory cannot be opened, or the
+    /// name alone does not fit).
+    static func reaching<Result>(_ path: String, _ body: (UnixSocketAddress) -> Result) -> Result? {
+        if !path.hasPrefix("@"), let direct = UnixSocketAddress(path) { return body(direct) }
+        guard let slash = path.lastIndex(of: "/") else { return nil }
+        let directory = slash == path.startIndex ? "/" : String(path[..<slash])
+        let name = path[path.index(after: slash)...]
+        let descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        guard let short = UnixSocketAddress("/proc/self/fd/\(descriptor)/\(name)") else { return nil }
+        return body(short)
+    }
 }

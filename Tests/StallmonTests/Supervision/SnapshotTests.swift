@@ -118,6 +118,27 @@ struct SnapshotTests {
         #expect(cliStatus == 0 && cliOutput.contains("/snapshot-"), "\(cliOutput)")
     }
 
+    /// A report directory whose socket path does not fit `sun_path` (108 bytes): the socket was skipped ("the path
+    /// is too long"), and snapshots silently did not exist (issue 41, item 7). It is bound and found at the same path,
+    /// through the directory's descriptor.
+    @Test func aLongReportDirectoryStillHasItsControlSocket() async throws {
+        let root = makeTemporaryDirectory("snapshot-long") + "/" + String(repeating: "d", count: 100)
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let reports = root + "/reports"
+        let child = try await Self.startFixture(root: root, reports: reports)
+        defer { Self.release(child, root: root) }
+        let socket = ControlSocketClient.path(directory: reports, pid: child.pid)
+        #expect(socket.utf8.count > 108, "longer than sun_path: \(socket.utf8.count)")
+        var status = stat()
+        #expect(stat(socket, &status) == 0 && status.st_mode & S_IFMT == S_IFSOCK, "bound at its documented path")
+        let outcome = try await offThePool { ControlSocketClient.requestSnapshot(at: socket) }
+        guard case .success(let path) = outcome else {
+            Issue.record("\(outcome)")
+            return
+        }
+        #expect(try ReportReader.read(path).kind == "snapshot")
+    }
+
     /// Another user's process: refused by the directory's and the socket's permissions, and, were those loosened,
     /// by the service itself (the peer's uid).
     @Test func anotherUsersRequestIsRefused() async throws {
