@@ -207,3 +207,11 @@ func faultCompleteLines(_ path: String) -> (lines: [Substring], unterminatedTail
     let tail = parts.removeLast()  // after the last newline: "" when the file ends with one
     return (parts, tail.utf8.count)
 }
+
+/// The mount-based fault tests are required where the privileged tests are (scripts/test.sh as root or in CI).
+struct RequiredMountTests {
+    @Test(.enabled(if: TestEnvironment.privilegedTestsRequired, "REQUIRE_PRIVILEGED_TESTS is not set"))
+    func mountsCanBeMade() {
+        #expect(FaultMount.available, "mount and umount of a tmpfs as root (util-linux mount)")
+    }
+}

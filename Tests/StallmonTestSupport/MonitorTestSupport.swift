@@ -1,6 +1,7 @@
 import Foundation
 import StallmonLoop
 import StallmonReport
+import Testing
 
 /// A fresh, empty directory under the system temp dir.
 public func makeTemporaryDirectory(_ name: String = #function) -> String {
@@ -12,12 +13,21 @@ public func makeTemporaryDirectory(_ name: String = #function) -> String {
     return path
 }
 
-/// Reports in `directory`, decoded.
-public func readReports(_ directory: String) -> [StallReport] {
+/// Reports in `directory`, decoded. A report file that cannot be read or decoded is an issue of the calling test:
+/// before, it was dropped, so every "no report" check passed with a corrupt report present (issue 41, item 8).
+public func readReports(_ directory: String, sourceLocation: SourceLocation = #_sourceLocation) -> [StallReport] {
     let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
     return names.filter { $0.hasPrefix("stall-") && $0.hasSuffix(".json") }.sorted().compactMap { name in
-        guard let data = FileManager.default.contents(atPath: "\(directory)/\(name)") else { return nil }
-        return try? JSONDecoder().decode(StallReport.self, from: data)
+        do {
+            guard let data = FileManager.default.contents(atPath: "\(directory)/\(name)") else {
+                Issue.record("report \(name) cannot be read", sourceLocation: sourceLocation)
+                return nil
+            }
+            return try JSONDecoder().decode(StallReport.self, from: data)
+        } catch {
+            Issue.record("report \(name) does not decode: \(error)", sourceLocation: sourceLocation)
+            return nil
+        }
     }
 }
 

@@ -199,6 +199,64 @@ struct UploaderTests {
         #expect(reason.contains("HTTP \(status)") && reason.contains("nope \(status)"), "\(reason)")
     }
 
+    /// "Bounded stop" (README): a collector that accepts the request and never answers, and one whose listener never
+    /// accepts the connection (its backlog full). `stop(deadline:)` returns within the deadline plus the join's bound,
+    /// and what was not acknowledged stays in the spool (issue 41, item 8: no test held this).
+    @Test func stopIsBoundedWhenTheCollectorNeverAnswers() async throws {
+        let receiver = try Receiver(plan: #"[{"sleep": 60}]"#)
+        let directory = makeTemporaryDirectory()
+        try spoolSampleReports(2, into: directory)
+        var configuration = testUploadConfiguration(receiver.baseURL)
+        configuration.requestTimeout = .seconds(120)
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory), configuration: configuration,
+                                    logger: Logger(label: "test"))
+        uploader.start()
+        #expect(try await offThePool { eventually(timeout: .seconds(20)) { receiver.arrivals >= 1 } }, "in flight")
+        let began = ContinuousClock.now
+        try await offThePool { uploader.stop(deadline: .seconds(1)) }
+        let took = ContinuousClock.now - began
+        #expect(took < .seconds(1) + Uploader.joinAfterCancel + .seconds(3), "stop() took \(took)")
+        #expect(try Spool(reportDirectory: directory).pending().count == 2, "nothing removed unacknowledged")
+    }
+
+    @Test func stopIsBoundedWhenTheCollectorNeverAccepts() async throws {
+        // A listener that never accepts, its backlog filled: the next connection's handshake is never answered.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        try #require(withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, length) == 0 && listen(listener, 0) == 0 && getsockname(listener, $0, &length) == 0
+            }
+        })
+        var fillers: [Int32] = []
+        defer { fillers.forEach { close($0) } }
+        for _ in 0..<4 {
+            let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            _ = withUnsafePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(filler, $0, length) }
+            }
+            fillers.append(filler)
+        }
+        let port = UInt16(bigEndian: address.sin_port)
+        let directory = makeTemporaryDirectory()
+        try spoolSampleReports(2, into: directory)
+        var configuration = testUploadConfiguration("http://127.0.0.1:\(port)")
+        configuration.requestTimeout = .seconds(120)
+        let uploader = try Uploader(spool: Spool(reportDirectory: directory), configuration: configuration,
+                                    logger: Logger(label: "test"))
+        uploader.start()
+        try await Task.sleep(for: .milliseconds(500))  // the connection attempt is under way (no event to wait for)
+        let began = ContinuousClock.now
+        try await offThePool { uploader.stop(deadline: .seconds(1)) }
+        let took = ContinuousClock.now - began
+        #expect(took < .seconds(1) + Uploader.joinAfterCancel + .seconds(3), "stop() took \(took)")
+        #expect(try Spool(reportDirectory: directory).pending().count == 2, "nothing removed unacknowledged")
+    }
+
     /// `rejected/` has bounds of its own (issue 41, item 4: it grew without bound, every report over the body limit and
     /// every one refused while a collector answered 400 piling up).
     @Test func rejectedStaysWithinItsBounds() throws {

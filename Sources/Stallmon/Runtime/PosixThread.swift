@@ -49,9 +49,8 @@ package final class PosixThread: @unchecked Sendable {
     /// Waits at most `timeout` for the thread to finish: true and joined if it did; false if not, and the thread is
     /// detached (it ends on its own whenever its body returns). Call once, instead of `join()`.
     package func join(timeout: Duration) -> Bool {
-        let nanoseconds = UInt64(max(0, timeout.components.seconds)) * 1_000_000_000
-            + UInt64(max(0, timeout.components.attoseconds / 1_000_000_000))
-        guard finished.wait(timeout: .now() + .nanoseconds(Int(min(nanoseconds, UInt64(Int.max))))) == .success else {
+        let nanoseconds = max(0, timeout.nanosecondsClamped)  // saturated: a huge timeout is "forever", not a trap
+        guard finished.wait(timeout: .now() + .nanoseconds(Int(nanoseconds))) == .success else {
             pthread_detach(handle)
             return false
         }

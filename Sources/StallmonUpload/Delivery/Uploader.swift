@@ -133,6 +133,9 @@ package final class Uploader: Sendable {
         thread.withLock { $0 = started }
     }
 
+    /// How long `stop` waits for the upload thread once its deadline passed and the request in flight was cancelled.
+    static let joinAfterCancel: Duration = .seconds(1)
+
     /// A report was spooled: look at the spool now rather than at the next poll.
     package func notify() {
         wakeSignal.wake()
@@ -149,10 +152,17 @@ package final class Uploader: Sendable {
             return thread
         }
         guard let running else { return }
-        if finished.wait(timeout: .now() + .nanoseconds(Int(deadline.nanosecondsClamped))) == .timedOut {
+        if finished.wait(timeout: .now() + .nanoseconds(Int(max(0, deadline.nanosecondsClamped)))) == .timedOut {
             transport.cancelInFlight()
         }
-        running.join()
+        // The cancelled request ends within moments; a thread blocked elsewhere (a hung file system under the spool)
+        // is left to end on its own: stop() stays bounded.
+        if !running.join(timeout: Self.joinAfterCancel) {
+            logger.error("""
+                stallmon: the upload thread did not stop in time and was left running; the spool keeps what it has \
+                not sent
+                """)
+        }
     }
 
     // MARK: - Once mode

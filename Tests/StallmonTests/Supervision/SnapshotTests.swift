@@ -141,11 +141,9 @@ struct SnapshotTests {
 
     /// Another user's process: refused by the directory's and the socket's permissions, and, were those loosened,
     /// by the service itself (the peer's uid).
-    @Test func anotherUsersRequestIsRefused() async throws {
-        guard geteuid() == 0, let setpriv = findTool("setpriv") else {
-            print("skipped: needs root and setpriv (util-linux) to act as another user")
-            return
-        }
+    @Test(.enabled(if: TestEnvironment.canActAsAnotherUser, "acting as another user needs root and setpriv"))
+    func anotherUsersRequestIsRefused() async throws {
+        let setpriv = try #require(TestEnvironment.setpriv)
         let root = makeTemporaryDirectory("snapshot-other-user")
         chmod(root, 0o755)
         let reports = root + "/reports"
@@ -172,10 +170,8 @@ struct SnapshotTests {
         #expect(notAsked.status == 1, "\(notAsked)")
         #expect(notAsked.printed.contains("is served by uid 0, not by this user"), "\(notAsked.printed)")
         // …and a client that asks anyway is refused by the service, by the peer's uid.
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") else {
-            print("skipped the raw client: no /usr/bin/python3")
-            return
-        }
+        try #require(FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"),
+                     "the raw client is Python (scripts/test.sh needs python3)")
         let socketPath = ControlSocketClient.path(directory: reports, pid: pid)
         let script = """
             import socket, sys
