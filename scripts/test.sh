@@ -5,11 +5,13 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
 # Tools the tests drive: headless Chromium renders the HTML report, binutils (addr2line, objcopy, strip) checks and
-# splits symbols, a C compiler builds the shared library of the dlopen fault test.
+# splits symbols, a C compiler builds the shared library of the dlopen fault test and the seccomp launcher, strace
+# counts the fsyncs of durable writes.
 tools=()
 command -v chromium >/dev/null || tools+=(chromium)
 command -v addr2line >/dev/null && command -v objcopy >/dev/null || tools+=(binutils)
 command -v cc >/dev/null || tools+=(gcc)
+command -v strace >/dev/null || tools+=(strace)
 if ((${#tools[@]} > 0)); then
     sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
     echo "test: installing ${tools[*]}" >&2

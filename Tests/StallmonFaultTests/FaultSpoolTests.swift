@@ -40,7 +40,9 @@ extension FaultTests {
             // retried with backoff and succeeds when the spool is writable.
             let daemon = try Uploader(spool: spool, configuration: configuration, logger: logger)
             daemon.start()
-            Thread.sleep(forTimeInterval: 1.5)
+            // Its one batch, then a second of watching for a flood (an absence needs a window to be seen in).
+            #expect(eventually(timeout: .seconds(10)) { receiver.requests.count >= 2 }, "the new process's batch")
+            Thread.sleep(forTimeInterval: 1.0)
             let requestsWhileReadOnly = receiver.requests.count
             #expect(requestsWhileReadOnly == 2, "one more batch for the new process, no flood: \(requestsWhileReadOnly)")
             #expect(FaultMount.remount(spool.directory, readOnly: false), "remounted read-write")

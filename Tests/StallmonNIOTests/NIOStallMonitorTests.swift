@@ -302,8 +302,13 @@ struct NIOStallMonitorTests {
         defer { try? group.syncShutdownGracefully() }
         let monitor = try NIOStallMonitor(group: group, configuration: configuration(directory))
         monitor.start()
-        let stall = group.next().submit { _ = stallInExecutedTask(milliseconds: 400) }
-        usleep(200_000)
+        let stall = group.next().submit { _ = stallInExecutedTask(milliseconds: 1_500) }
+        // Stopped once the stall was detected (its stall.begin logged), not after a fixed time a loaded machine may
+        // spend before the task even runs.
+        let began = eventually(timeout: .seconds(10)) {
+            ((try? String(contentsOfFile: directory + "/events.jsonl", encoding: .utf8)) ?? "").contains("stall.begin")
+        }
+        #expect(began, "the stall was detected")
         monitor.stop()
         let reports = readReports(directory)
         #expect(reports.count == 1)

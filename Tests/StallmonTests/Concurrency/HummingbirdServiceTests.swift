@@ -304,11 +304,18 @@ struct HummingbirdServiceTests {
         outcome.started = true
         let answered = DispatchSemaphore(value: 0)
         let body = Mutex<String?>(nil)
+        let stallBegins = {
+            ((try? String(contentsOfFile: root + "/reports/events.jsonl", encoding: .utf8)) ?? "")
+                .split(separator: "\n").filter { $0.contains("\"stall.begin\"") }.count
+        }
+        let beforeTheRequest = stallBegins()  // start-up's, if any
         Thread.detachNewThread {
             body.withLock { $0 = Self.get("/sleep?ms=\(milliseconds)", port: port) }
             answered.signal()
         }
-        usleep(400_000)
+        // SIGTERM once the handler is known to stall (a stall.begin after the request was sent), not at a fixed time
+        // after sending: a loaded machine may not have read the request by then.
+        _ = eventually(timeout: .seconds(10)) { stallBegins() > beforeTheRequest }
         _ = Glibc.kill(child.pid, SIGTERM)
         _ = answered.wait(timeout: .now() + 10)
         _ = child.wait(timeout: .seconds(15))

@@ -105,7 +105,9 @@ struct ReportRetentionTests {
         #expect(names.contains("stall-20200101T000001.000Z-bbbbbbbb.json"), "the pending one stays: \(names)")
         let fresh = names.filter { !$0.hasPrefix("stall-2020") }
         #expect(fresh.count == 1, "count 2: the pending old one and the newest of the three: \(names)")
-        #expect(monitor.statistics.reportsWritten == 3)
-        #expect(monitor.statistics.reportsRemovedByRetention == 3, "\(monitor.statistics)")
+        // Three spins, and any stall a loaded machine added: every report but the newest went, and the old one.
+        #expect(monitor.statistics.reportsWritten >= 3)
+        #expect(monitor.statistics.reportsRemovedByRetention == monitor.statistics.reportsWritten,
+                "\(monitor.statistics)")
     }
 }
