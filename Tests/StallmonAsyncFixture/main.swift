@@ -1021,6 +1021,19 @@ case "failed-second":
     first.stop()
     say("done")
 
+case "foreign-handler":
+    // A process whose sampling signal another library took first, before any monitor: refused, naming the handler.
+    // In a process of its own: in the test process, a signal is already installed by then.
+    let foreign = SamplingSignal(offsetFromRTMin: 6)
+    let number = try foreign.resolve()
+    signal(number) { _ in }
+    do {
+        _ = try LooperStallMonitor(loop: try Looper(name: "refuse"), configuration: .init(signal: foreign))
+        say("error took a signal owned by another handler")
+    } catch {
+        say("refused \(error)")
+    }
+
 case "nio-takeover":
     // NIO's executor take-over first: the global executor's hook is then NIO's.
     guard NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor() else {
