@@ -1021,6 +1021,34 @@ case "failed-second":
     first.stop()
     say("done")
 
+case "quiet-loop", "quiet-loop-unmonitored":
+    // A monitored Looper (or, for comparison, the same loop without a monitor) runs 300 timer iterations of nothing;
+    // the loop thread marks the window with getppid(), a call nothing else in this process makes, for strace.
+    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
+                                                  reportDirectory: reportDirectory)
+    configuration.loopStatsInterval = .seconds(3600)
+    let loop = try Looper(name: "quiet-loop")
+    let monitor = scenario == "quiet-loop" ? try LooperStallMonitor(loop: loop, configuration: configuration) : nil
+    monitor?.start()
+    let ticks = Mutex(0)
+    let ended = DispatchSemaphore(value: 0)
+    loop.perform(label: "mark") { _ = getppid() }
+    _ = loop.schedule(every: .milliseconds(1), label: "tick") {
+        let count = ticks.withLock { count in
+            count += 1
+            return count
+        }
+        if count == 300 {
+            _ = getppid()
+            ended.signal()
+        }
+    }
+    Thread.detachNewThread { loop.run(for: .seconds(30)) }
+    ended.wait()
+    loop.stop()
+    monitor?.stop()
+    say("done \(cstallmon_gettid())")
+
 case "foreign-handler":
     // A process whose sampling signal another library took first, before any monitor: refused, naming the handler.
     // In a process of its own: in the test process, a signal is already installed by then.
