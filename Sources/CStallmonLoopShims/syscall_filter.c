@@ -204,6 +204,8 @@ static void probe_locked(int which) {
 // sandboxes itself after start-up) makes every verdict stale.
 static void refresh_mode_locked(void) {
     const int mode = read_seccomp_mode();
+    // Unreadable now (EMFILE, say): what was known stands; a mode never read is -1, and every call is probed.
+    if (mode == -1 && g_filter.seccomp_mode != -2) return;
     if (mode == g_filter.seccomp_mode) return;
     g_filter.seccomp_mode = mode;
     for (int which = 0; which < CSTALLMON_SYSCALL_COUNT; which++) {

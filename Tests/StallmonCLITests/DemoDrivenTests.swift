@@ -247,10 +247,14 @@ extension DemoDrivenTests {
                 try #require(finished, "\(result)")
                 #expect(!result.signaled && result.status == 0, "stopped on request, not killed: \(result)")
                 #expect(result.stdout.contains("signal 15, stopping"), "\(result)")
+                // The stall SIGTERM came in, whole. With a 600 ms threshold the demo's 1.5 s stalls come back to back:
+                // the next one's timer is due as the first ends, and a loaded run (CI) saw it fire in the same pass as
+                // the signal; it is then reported whole too.
                 let reports = try ReportReader.scan(directory: directory).reports.map(\.report)
-                #expect(reports.count == 1, "\(reports.map { ($0.durationMs, $0.ongoing) })")
+                    .sorted { $0.start.monotonicNs < $1.start.monotonicNs }
+                #expect((1...2).contains(reports.count), "\(reports.map { ($0.durationMs, $0.ongoing) })")
                 let report = try #require(reports.first)
-                #expect(!report.ongoing, "the stall ended before the monitor stopped")
+                #expect(reports.allSatisfy { !$0.ongoing }, "the stalls ended before the monitor stopped")
                 #expect(report.durationMs >= 1_490, "the whole stall: \(report.durationMs) ms")
                 #expect(report.topFrame?.symbol.contains("crunchPrimes") == true)
             }

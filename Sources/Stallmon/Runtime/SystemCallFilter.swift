@@ -57,6 +57,15 @@ enum SystemCallFilter {
         let unitLine = "SystemCallFilter=\(names.joined(separator: " "))"
             + (names.contains("process_vm_readv") ? " (or SystemCallFilter=@debug)" : "")
         if let tgkill = missing.first(where: { $0.need.call == Int32(CSTALLMON_SYSCALL_TGKILL) }) {
+            var detail: Int32 = 0
+            if cstallmon_syscall_verdict(Int32(CSTALLMON_SYSCALL_TGKILL), &detail) == Int32(CSTALLMON_SYSCALL_UNKNOWN) {
+                // Not known to be filtered, but not known to be allowed: a filter that kills would end the service.
+                throw StallMonitorError(description: """
+                    stallmon: cannot tell whether this process (under a seccomp filter: Seccomp \
+                    \(cstallmon_seccomp_mode())) may call tgkill, which sampling needs: the probe in a child process \
+                    failed (out of descriptors or processes?); try again
+                    """)
+            }
             throw StallMonitorError(description: """
                 stallmon: a seccomp filter \(tgkill.verdict) on tgkill, which sampling needs; allow it in the \
                 service's unit: \(unitLine)
