@@ -88,7 +88,8 @@ struct SpoolTests {
             let path = directory + "/stall-\(round)-abc.json"
             try AtomicFile.write(Array("interim".utf8), to: path)
             try spool.enqueue(reportPath: path)
-            let sent = try spool.pending()  // the interim's batch is in flight…
+            let sent = spool.pinned(try spool.pending())  // the interim's batch is in flight (pinned, as sent)…
+            #expect(sent.allSatisfy { $0.identity?.generation != nil }, "ext4 gives the generation")
             var interim = stat()
             stat(path, &interim)
             try AtomicFile.write(Array("hang!!!".utf8), to: path)  // …the hang report replaces it…

@@ -109,13 +109,13 @@ package final class Uploader: Sendable {
         let sendable = acknowledged.withLock { acknowledged in
             acknowledged.isEmpty ? entries : entries.filter { entry in
                 guard let identity = acknowledged[entry.name] else { return true }
-                return identity != entry.identity
+                return identity.map { !$0.isSameFile(as: entry.identity) } ?? (entry.identity != nil)
             }
         }
         return refused.withLock { refused in
             refused.isEmpty ? sendable : sendable.filter { entry in
                 guard let known = refused[entry.name] else { return true }
-                return known.identity != entry.identity
+                return known.identity.map { !$0.isSameFile(as: entry.identity) } ?? (entry.identity != nil)
             }
         }
     }
@@ -278,12 +278,12 @@ package final class Uploader: Sendable {
             let wallNow = WallClock.nowNanoseconds()
             return .waitUntil(monotonicNow + min(idlePoll, dueAt > wallNow ? dueAt - wallNow : 0))
         case .tooLarge(let entry):
-            rejectEntries([entry], state: &state,
+            rejectEntries(spool.pinned([entry]), state: &state,
                           reason: "report of \(entry.bytes) bytes exceeds upload_max_body_bytes "
                               + "(\(configuration.maxBodyBytes))")
             return .again
         case .send(let batch):
-            deliver(batch, state: &state, deadline: deadline)
+            deliver(spool.pinned(batch), state: &state, deadline: deadline)
             return .again
         }
     }
@@ -379,7 +379,10 @@ package final class Uploader: Sendable {
     private func retryRemovals(_ state: inout LoopState) {
         let remembered = acknowledged.withLock { $0 }
         let listed = (try? spool.pending()) ?? []
-        let stillThere = listed.filter { entry in remembered[entry.name].map { $0 == entry.identity } ?? false }
+        let stillThere = listed.filter { entry in
+            remembered[entry.name].map { $0.map { $0.isSameFile(as: entry.identity) } ?? (entry.identity == nil) }
+                ?? false
+        }
         do {
             try spool.remove(stillThere)
         } catch {
@@ -434,7 +437,10 @@ package final class Uploader: Sendable {
     private func retryRejects(_ state: inout LoopState) {
         let remembered = refused.withLock { $0 }
         let listed = (try? spool.pending()) ?? []
-        let stillThere = listed.filter { entry in remembered[entry.name].map { $0.identity == entry.identity } ?? false }
+        let stillThere = listed.filter { entry in
+            remembered[entry.name].map { $0.identity.map { $0.isSameFile(as: entry.identity) } ?? (entry.identity == nil) }
+                ?? false
+        }
         do {
             for entry in stillThere {
                 try spool.reject([entry], reason: remembered[entry.name]?.reason ?? "refused")

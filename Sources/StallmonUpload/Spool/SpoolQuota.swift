@@ -74,6 +74,15 @@ package struct FileIdentity: Hashable, Sendable {
                   modified: info.modifiedNanoseconds, size: Int64(info.st_size))
     }
 
+    /// The same file: device, inode, modification time and size equal, and the generations too where both are known
+    /// (a listing takes no generation, which needs the file opened; the entries sent are pinned with theirs).
+    package func isSameFile(as other: FileIdentity?) -> Bool {
+        guard let other, device == other.device, inode == other.inode, modified == other.modified,
+              size == other.size else { return false }
+        guard let generation, let otherGeneration = other.generation else { return true }
+        return generation == otherGeneration
+    }
+
     /// The identity of the regular file at `path`, without following a link; nil when it is gone or not a regular
     /// file. Opened (O_PATH cannot ask for the generation) non-blocking, so a FIFO put there never blocks.
     static func of(_ path: String) -> (identity: FileIdentity, info: stat)? {
