@@ -104,7 +104,7 @@ extension FaultTests {
             let target = FaultThread(name: "fault-malloc", unblocking: signalNumber) { thread in
                 // Random sizes from a few bytes to past the mmap threshold (128 KiB), touched so pages are real;
                 // 64 live blocks freed and replaced in random order.
-                var random = FaultRandom(seed: 0xA110C + UInt64(thread.progress.load(ordering: .relaxed)))
+                var random = SeededRandom(seed: 0xA110C + UInt64(thread.progress.load(ordering: .relaxed)))
                 var live = [UnsafeMutableRawPointer?](repeating: nil, count: 64)
                 for _ in 0..<2000 {
                     let index = random.below(live.count)

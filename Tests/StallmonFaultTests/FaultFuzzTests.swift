@@ -12,13 +12,13 @@ import Testing
 /// Seeded random mutations of a corpus: byte flips, truncation, duplication, deletion, splicing, JSON tokens, huge
 /// numbers, deep nesting, hostile strings, and (for JSON) structural edits of the parsed document.
 struct FaultMutator {
-    var random: FaultRandom
+    var random: SeededRandom
     let corpus: [[UInt8]]
     /// The corpus parsed with JSONSerialization (reports only), for structural edits.
     let documents: [Any]
 
     init(seed: UInt64, corpus: [String], json: Bool) {
-        random = FaultRandom(seed: seed)
+        random = SeededRandom(seed: seed)
         self.corpus = corpus.map { Array($0.utf8) }
         documents = json ? corpus.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } : []
     }
@@ -531,7 +531,7 @@ extension FaultTests {
         }
 
         @Test func faultFuzzConfigEnvironment() throws {
-            var random = FaultRandom(seed: Self.seed ^ 0xE4F1)
+            var random = SeededRandom(seed: Self.seed ^ 0xE4F1)
             var loaded = 0
             var errors = 0
             var skipped: [String: Int] = [:]

@@ -16,39 +16,6 @@ import Testing
 @Suite("Fault injection", .serialized)
 struct FaultTests {}
 
-// MARK: - Deterministic randomness
-
-/// xorshift64*: tiny, fast, and the same sequence on every machine for a given seed.
-struct FaultRandom: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        state = seed == 0 ? 0x9E37_79B9_7F4A_7C15 : seed
-    }
-
-    mutating func next() -> UInt64 {
-        state ^= state >> 12
-        state ^= state << 25
-        state ^= state >> 27
-        return state &* 0x2545_F491_4F6C_DD1D
-    }
-
-    /// Uniform in 0..<bound (bound > 0).
-    mutating func below(_ bound: Int) -> Int {
-        precondition(bound > 0)
-        return Int(next() % UInt64(bound))
-    }
-
-    /// Uniform in range.
-    mutating func between(_ range: ClosedRange<Int>) -> Int {
-        range.lowerBound + below(range.count)
-    }
-
-    mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
-
-    mutating func pick<T>(_ values: [T]) -> T { values[below(values.count)] }
-}
-
 // MARK: - Time
 
 /// CLOCK_MONOTONIC nanoseconds.

@@ -61,7 +61,7 @@ extension FaultTests {
             let environment = StallmonExecutable.environment([
                 "STALLMON_SPOOL": "on", "STALLMON_THRESHOLD_MS": "30", "STALLMON_INTERIM_AFTER_MS": "90",
             ])
-            var random = FaultRandom(seed: 0x5EED_0F_4B11)
+            var random = SeededRandom(seed: 0x5EED_0F_4B11)
             var running: [Run] = []
             var started = 0
             var killedPids: [pid_t] = []

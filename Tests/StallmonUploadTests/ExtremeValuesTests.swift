@@ -1,4 +1,5 @@
 import Foundation
+import StallmonTestSupport
 @testable import StallmonUpload
 import Testing
 
@@ -67,7 +68,7 @@ struct ExtremeValuesTests {
 
     /// Seeded random headers, attempts and jitters: 5,000 decisions, each a retry within max(cap, backoff max).
     @Test func seededRandomHeadersNeverTrap() {
-        var generator = SeededGenerator(seed: 41)
+        var generator = SeededRandom(seed: 41)
         let pieces = ["9", "99999999999999999999", "-", "+", " ", "GMT", "Sun,", "Nov", ":", "0", "60", "1e9", "nan",
                       "\u{0}", "é", "9223372036854775807"]
         for _ in 0..<5_000 {
@@ -82,18 +83,5 @@ struct ExtremeValuesTests {
             }
             #expect(after <= max(Self.cap, 60 * Self.second), "\(value) attempt \(attempt) jitter \(jitter)")
         }
-    }
-}
-
-/// SplitMix64: the same values for the same seed, so a failure can be replayed.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -221,27 +221,14 @@ struct UploaderTests {
 
     @Test func stopIsBoundedWhenTheCollectorNeverAccepts() async throws {
         // A listener that never accepts, its backlog filled: the next connection's handshake is never answered.
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = try #require(listenOnLoopback(backlog: 0))
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        try #require(withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(listener, $0, length) == 0 && listen(listener, 0) == 0 && getsockname(listener, $0, &length) == 0
-            }
-        })
         var fillers: [Int32] = []
         defer { fillers.forEach { close($0) } }
         for _ in 0..<4 {
-            let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-            _ = withUnsafePointer(to: &address) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(filler, $0, length) }
-            }
-            fillers.append(filler)
+            // Not waited for: a connection beyond the backlog stays in its handshake.
+            fillers.append(try #require(connectToLoopback(port: port, nonBlocking: true)))
         }
-        let port = UInt16(bigEndian: address.sin_port)
         let directory = makeTemporaryDirectory()
         try spoolSampleReports(2, into: directory)
         var configuration = testUploadConfiguration("http://127.0.0.1:\(port)")

@@ -73,26 +73,11 @@ struct WaitTargetMonitorTests {
     @Test func aBlockingReadOfASilentTCPPeerNamesBothAddresses() throws {
         let directory = makeTemporaryDirectory()
         // A listener on 127.0.0.1 that accepts (the kernel does, into its backlog) and never answers.
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = try #require(listenOnLoopback(backlog: 4))
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        try withUnsafeMutablePointer(to: &address) { pointer in
-            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
-                try #require(bind(listener, raw, length) == 0 && listen(listener, 4) == 0)
-                try #require(getsockname(listener, raw, &length) == 0)
-            }
-        }
-        let serverPort = UInt16(bigEndian: address.sin_port)
-        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let serverPort = UInt16(port)
+        let client = try #require(connectToLoopback(port: port))
         defer { close(client) }
-        try withUnsafePointer(to: &address) { pointer in
-            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
-                try #require(connect(client, raw, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0)
-            }
-        }
         var local = sockaddr_in()
         var localLength = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &local) {
