@@ -50,8 +50,8 @@ final class EventLog {
         try lockCurrentFile()
         defer { _ = flock(fd, LOCK_UN) }
         var size = try currentSize()
-        // A sparse or truncated log can claim any size: the sum saturates.
-        if size > 0 && (size.addingReportingOverflow(line.count).overflow || size + line.count > maxBytes) {
+        // Compared without a sum: a sparse or truncated log can claim any size.
+        if size > 0 && size > maxBytes - line.count {
             try rotate()
             size = try currentSize()
         }

@@ -43,8 +43,9 @@ final class ReportWriter: Sendable {
     private let thread = Mutex<PosixThread?>(nil)
     /// Symbolicators this writer created: one per distinct set of in-app rules among its monitors.
     let symbolicatorsCreated = Atomic<Int>(0)
-    /// Stalls the writer keeps something for until their final report, after its latest batch (tests read it).
-    let stallsKept = Atomic<Int>(0)
+    /// What the writer keeps for stalls until their final reports (paths and rate-limit decisions), after its latest
+    /// batch (tests read it).
+    let entriesKeptForStalls = Atomic<Int>(0)
 
     private struct Queue {
         var messages: [(Message, ReportClient)] = []
@@ -143,7 +144,7 @@ final class ReportWriter: Sendable {
             }
             for (message, client) in batch { handle(message, client: client, state: &state) }
             for id in abandoned { state.forget(stall: id) }
-            stallsKept.store(state.stallsKept, ordering: .relaxed)
+            entriesKeptForStalls.store(state.reportPaths.count + state.admission.pendingCount, ordering: .relaxed)
             if !state.refusedBySink.isEmpty { offerRefusedReportsAgain(&state) }
             progress.lock()
             processed += UInt64(batch.count)
@@ -177,8 +178,6 @@ final class ReportWriter: Sendable {
             admission.forget(id)
         }
 
-        /// Stalls something is kept for (tests read it).
-        var stallsKept: Int { Set(reportPaths.keys).union(admission.pendingStalls).count }
         /// Published reports a sink refused (a spool it could not link into), by sink and path: handed to it again
         /// from the published file until it takes them (the latest report of a path only).
         var refusedBySink: [String: (report: StallReport, path: String, client: ReportClient, sink: Int)] = [:]

@@ -50,8 +50,8 @@ struct StallAdmission {
         decided[id] = nil
     }
 
-    /// The stalls decided whose final has not come.
-    var pendingStalls: Set<String> { Set(decided.keys) }
+    /// How many stalls were decided and their final has not come.
+    var pendingCount: Int { decided.count }
 
     private mutating func ask(_ signature: String, limit: Int, now: UInt64) -> Decision {
         var limiter = limiters[limit] ?? SignatureRateLimiter(limit: limit, window: Self.window)

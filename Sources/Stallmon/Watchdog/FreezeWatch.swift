@@ -24,7 +24,7 @@ struct FreezeWatch {
     init(thresholdNanoseconds: UInt64, clock: @escaping () -> UInt64 = { cstallmon_monotonic_ns() },
          progress: @escaping () -> ProcessProgress? = { ProcessProgress.read() },
          threadCount: @escaping () -> Int? = { ProcessProgress.threadCount() },
-         cpus: Int = ProcessProgress.usableCPUs()) {
+         cpus: Int = ProcessProgress.onlineCPUs()) {
         minimum = max(10_000_000, thresholdNanoseconds / 4)
         self.cpus = cpus
         self.clock = clock

@@ -34,7 +34,7 @@ struct ProcessProgress: Sendable, Equatable {
     }
 
     /// The CPUs online (1 at least): what the process's threads can run on at most.
-    static func usableCPUs() -> Int {
+    static func onlineCPUs() -> Int {
         max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
     }
 

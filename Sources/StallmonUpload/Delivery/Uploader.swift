@@ -109,13 +109,13 @@ package final class Uploader: Sendable {
         let sendable = acknowledged.withLock { acknowledged in
             acknowledged.isEmpty ? entries : entries.filter { entry in
                 guard let identity = acknowledged[entry.name] else { return true }
-                return identity.map { !$0.isSameFile(as: entry.identity) } ?? (entry.identity != nil)
+                return !FileIdentity.same(identity, entry.identity)
             }
         }
         return refused.withLock { refused in
             refused.isEmpty ? sendable : sendable.filter { entry in
                 guard let known = refused[entry.name] else { return true }
-                return known.identity.map { !$0.isSameFile(as: entry.identity) } ?? (entry.identity != nil)
+                return !FileIdentity.same(known.identity, entry.identity)
             }
         }
     }
@@ -380,8 +380,7 @@ package final class Uploader: Sendable {
         let remembered = acknowledged.withLock { $0 }
         let listed = (try? spool.pending()) ?? []
         let stillThere = listed.filter { entry in
-            remembered[entry.name].map { $0.map { $0.isSameFile(as: entry.identity) } ?? (entry.identity == nil) }
-                ?? false
+            remembered[entry.name].map { FileIdentity.same($0, entry.identity) } ?? false
         }
         do {
             try spool.remove(stillThere)
@@ -438,8 +437,7 @@ package final class Uploader: Sendable {
         let remembered = refused.withLock { $0 }
         let listed = (try? spool.pending()) ?? []
         let stillThere = listed.filter { entry in
-            remembered[entry.name].map { $0.identity.map { $0.isSameFile(as: entry.identity) } ?? (entry.identity == nil) }
-                ?? false
+            remembered[entry.name].map { FileIdentity.same($0.identity, entry.identity) } ?? false
         }
         do {
             for entry in stillThere {

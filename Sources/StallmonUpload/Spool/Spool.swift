@@ -201,7 +201,7 @@ package struct Spool: Sendable {
     /// still told apart when the 2xx comes. An entry changed since the listing keeps the listed identity.
     package func pinned(_ entries: [SpoolEntry]) -> [SpoolEntry] {
         entries.map { entry in
-            guard let (identity, _) = FileIdentity.of(path(of: entry)), identity.isSameFile(as: entry.identity) else {
+            guard let identity = FileIdentity.of(path(of: entry)), FileIdentity.same(identity, entry.identity) else {
                 return entry
             }
             var pinned = entry
@@ -223,7 +223,7 @@ package struct Spool: Sendable {
             throw .last(failure.operation, failure.path)
         }
         afterSettingAside?(aside)
-        if let now = FileIdentity.of(aside)?.identity { return (aside, !now.isSameFile(as: identity)) }
+        if let now = FileIdentity.of(aside) { return (aside, !FileIdentity.same(now, identity)) }
         // Gone (another uploader put it back or removed it): nothing to compare. There but not readable now
         // (EMFILE): taken as newer, so it is put back and sent again rather than removed unsent.
         var info = stat()

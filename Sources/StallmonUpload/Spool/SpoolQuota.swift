@@ -75,17 +75,19 @@ package struct FileIdentity: Hashable, Sendable {
     }
 
     /// The same file: device, inode, modification time and size equal, and the generations too where both are known
-    /// (a listing takes no generation, which needs the file opened; the entries sent are pinned with theirs).
-    package func isSameFile(as other: FileIdentity?) -> Bool {
-        guard let other, device == other.device, inode == other.inode, modified == other.modified,
-              size == other.size else { return false }
-        guard let generation, let otherGeneration = other.generation else { return true }
+    /// (a listing takes no generation, which needs the file opened; the entries sent are pinned with theirs). Two
+    /// unknown identities are the same; an unknown one is not the same as a known one.
+    package static func same(_ one: FileIdentity?, _ other: FileIdentity?) -> Bool {
+        guard let one, let other else { return one == nil && other == nil }
+        guard one.device == other.device, one.inode == other.inode, one.modified == other.modified,
+              one.size == other.size else { return false }
+        guard let generation = one.generation, let otherGeneration = other.generation else { return true }
         return generation == otherGeneration
     }
 
     /// The identity of the regular file at `path`, without following a link; nil when it is gone or not a regular
     /// file. Opened (O_PATH cannot ask for the generation) non-blocking, so a FIFO put there never blocks.
-    static func of(_ path: String) -> (identity: FileIdentity, info: stat)? {
+    static func of(_ path: String) -> FileIdentity? {
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -93,6 +95,6 @@ package struct FileIdentity: Hashable, Sendable {
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
         var generation: UInt32 = 0
         let known = cstallmon_file_generation(fd, &generation) == 0
-        return (FileIdentity(info, generation: known ? generation : nil), info)
+        return FileIdentity(info, generation: known ? generation : nil)
     }
 }

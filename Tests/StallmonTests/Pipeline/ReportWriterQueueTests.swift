@@ -35,7 +35,7 @@ struct ReportWriterQueueTests {
             if index % 500 == 0 { #expect(writer.flush(timeout: .seconds(60)) == 0) }
         }
         #expect(writer.flush(timeout: .seconds(60)) == 0)
-        #expect(writer.stallsKept.load(ordering: .relaxed) == 0, "nothing kept for the stall whose final was refused")
+        #expect(writer.entriesKeptForStalls.load(ordering: .relaxed) == 0, "nothing kept for the stall whose final was refused")
         #expect(client.counters.reportsDropped.load(ordering: .relaxed) == 1)
     }
 }
