@@ -279,7 +279,7 @@ extension DemoDrivenTests {
             return log.split(separator: "\n").compactMap { try? JSONDecoder().decode(StallEvent.self, from: Data($0.utf8)) }
         }
 
-        @Test("a loop that hangs for good: SIGABRT within 5 % of hang_abort_after_ms, the report written first")
+        @Test("a loop that hangs for good: SIGABRT at hang_abort_after_ms, the report written first")
         func aHungLoopEndsTheProcessAfterItsReport() async throws {
             try await withTemporaryDirectory { temporary in
                 let directory = temporary.path("reports")
@@ -297,7 +297,10 @@ extension DemoDrivenTests {
                 #expect(reports.count == 1)
                 #expect(report.hang == StallReport.Hang(action: "abort", afterMs: 1500))
                 #expect(report.ongoing, "the stall never ended")
-                #expect(report.durationMs >= 1500 && report.durationMs <= 1575, "within 5 %: \(report.durationMs) ms")
+                // Never before the limit. How late after it is the system's scheduling (the watchdog plans its pass at
+                // the limit: `StallTrackerHangTests.anAbortLimitIsAPlannedPass`); the bound only catches an abort
+                // left to a later pass, such as the interim report's at 2 s.
+                #expect(report.durationMs >= 1500 && report.durationMs < 2000, "\(report.durationMs) ms")
                 #expect(report.topFrame?.symbol.contains("crunchPrimes") == true)
                 // Nobody stopped the process: nothing of the stall is set aside as frozen (issue 32, item 4).
                 #expect(report.frozenMs == nil, "\(report.frozenMs ?? 0) ms taken for a freeze")

@@ -120,4 +120,29 @@ struct StallTrackerHangTests {
         let final = try #require(readReports(directory).first)
         #expect(!final.ongoing && final.hang == nil)
     }
+
+    /// `hang_action = abort`: the watchdog plans a pass at the limit itself, whatever its sampling cadence, so the
+    /// abort is late only by the system's scheduling (the end-to-end test, `DemoDrivenTests`, sees the real one).
+    @Test func anAbortLimitIsAPlannedPass() {
+        var configuration = StallMonitorConfiguration(threshold: .milliseconds(100),
+                                                      sampleInterval: .milliseconds(1000),
+                                                      interimAfter: .milliseconds(2000),
+                                                      reportDirectory: makeTemporaryDirectory("stall-tracker-hang"))
+        configuration.hangAction = .abort
+        configuration.hangAbortAfter = .milliseconds(1500)
+        let logger = Logger(label: "stallmon.test", factory: { _ in SwiftLogNoOpLogHandler() })
+        let client = ReportClient(configuration: configuration, logger: logger, counters: MonitorCounters(),
+                                  loopName: "hung", sinks: [])
+        let collaborators = StallTracker.Collaborators(
+            client: client, writer: ReportWriter(directory: configuration.reportDirectory), hangs: HangRegistry(),
+            systemdIsFed: { false }, stallCounter: Counter(label: "stallmon_test_stalls"),
+            stallDuration: Metrics.Timer(label: "stallmon_test_stall_duration"))
+        let tracker = StallTracker(loopName: "hung", annotations: nil, collaborators: collaborators)
+        let freezes = FreezeTracker()
+        let begun = tracker.step(Self.busy, now: Self.since + 150 * Self.ms, target: Self.target, freezes: freezes)
+        #expect(begun.wakeAt == Self.since + 1150 * Self.ms, "the next sample comes first")
+        let sampled = tracker.step(Self.busy, now: Self.since + 1150 * Self.ms, target: Self.target, freezes: freezes)
+        #expect(sampled.wakeAt == Self.since + 1500 * Self.ms, "the limit, before the sample (2150) and interim (2000)")
+        tracker.stopMidStall(now: Self.since + 1200 * Self.ms, tid: 0, freezes: freezes)
+    }
 }
