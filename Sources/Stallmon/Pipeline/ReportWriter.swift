@@ -38,6 +38,8 @@ final class ReportWriter: Sendable {
     private let progress = MonotonicCondition()
     /// Messages written so far (read under `progress`).
     nonisolated(unsafe) private var processed: UInt64 = 0
+    /// The same count, for a watchdog that asks without waiting (`hasHandled`).
+    private let handled = Atomic<UInt64>(0)
     /// Why this thread's wake-up signal could not be created (the monitor then refuses to start).
     var setupError: FileError? { wakeSignal.creationError }
     private let thread = Mutex<PosixThread?>(nil)
@@ -107,13 +109,20 @@ final class ReportWriter: Sendable {
     /// full.
     @discardableResult
     func submit(_ message: Message, from client: ReportClient) -> Bool {
-        let accepted = queue.withLock { state in
-            guard state.messages.count < Self.queueLimit, !state.stopping else { return false }
+        submitTracked(message, from: client) != nil
+    }
+
+    /// Queues a message as `submit` does, and returns its place in the queue's order (nil when refused), for
+    /// `hasHandled`: a watchdog that must act once a report is durable asks at its later passes instead of waiting.
+    @discardableResult
+    func submitTracked(_ message: Message, from client: ReportClient) -> UInt64? {
+        let ticket = queue.withLock { state -> UInt64? in
+            guard state.messages.count < Self.queueLimit, !state.stopping else { return nil }
             state.messages.append((message, client))
             state.accepted += 1
-            return true
+            return state.accepted
         }
-        if accepted {
+        if ticket != nil {
             wakeSignal.wake()
         } else if case .finish(let snapshot) = message {
             client.counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
@@ -122,7 +131,13 @@ final class ReportWriter: Sendable {
                 if state.abandoned.count < Self.queueLimit { state.abandoned.append(snapshot.id) }
             }
         }
-        return accepted
+        return ticket
+    }
+
+    /// Whether the message `submitTracked` placed at `ticket` has been handled (its report and line written and,
+    /// for a hang, made durable), or no writer thread runs to handle it. Never blocks.
+    func hasHandled(_ ticket: UInt64) -> Bool {
+        handled.load(ordering: .acquiring) >= ticket || thread.withLock { $0 == nil }
     }
 
     // MARK: - Writer thread
@@ -148,6 +163,7 @@ final class ReportWriter: Sendable {
             if !state.refusedBySink.isEmpty { offerRefusedReportsAgain(&state) }
             progress.lock()
             processed += UInt64(batch.count)
+            handled.store(processed, ordering: .releasing)
             progress.broadcast()
             progress.unlock()
             if stopping && queue.withLock({ $0.messages.isEmpty }) {

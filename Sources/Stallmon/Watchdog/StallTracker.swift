@@ -29,12 +29,29 @@ final class StallTracker {
     private struct Current {
         var snapshot: StallSnapshot
         var lastSeenBusy: UInt64
-        /// Its report was written at `systemd_hang_after_ms` and the registry told (systemd's watchdog starves).
-        var hungForSystemd = false
+        /// Where the stall stands against `systemd_hang_after_ms` (past it and acted on: systemd's watchdog starves).
+        var systemdHang = HangProgress.notYet
+        /// Where it stands against `hang_abort_after_ms`.
+        var abortHang = HangProgress.notYet
         /// This stall's own baseline: the shared one moves on as soon as the watchdog sees the next iteration busy,
         /// which, for back-to-back stalls, happens before this one is finished.
         var baseline: Baseline?
     }
+
+    /// A hang limit, as a stall passes it: its report is handed to the writer, and the hang is acted on once the
+    /// writer made it durable, or 5 s later if it cannot (the pass never waits for it: other threads' stalls would
+    /// wait with it).
+    enum HangProgress: Equatable {
+        case notYet
+        /// The hang's report was queued (`ticket`, nil: the queue was full); acted on at `deadline` at the latest.
+        case writing(ticket: UInt64?, deadline: UInt64)
+        case actedOn
+    }
+
+    /// How long a hang waits for its report to be durable before it is acted on all the same.
+    static let hangDurabilityTimeout: UInt64 = 5_000_000_000
+    /// How often a pass looks whether the hang's report is durable yet.
+    static let hangDurabilityPoll: UInt64 = 5_000_000
 
     /// Scheduler figures of the thread when the watchdog first saw an iteration busy.
     private struct Baseline {
@@ -113,14 +130,19 @@ final class StallTracker {
     /// Whether a stall is in progress.
     var isStalled: Bool { current != nil }
 
+    /// Where the stall in progress stands against the hang limits (tests read it).
+    var hangProgress: (systemd: HangProgress, abort: HangProgress) {
+        (current?.systemdHang ?? .notYet, current?.abortHang ?? .notYet)
+    }
+
     /// Whether the stall in progress is that of `iteration`.
     func isTracking(iteration: UInt64) -> Bool {
         detector.tracking?.iteration == iteration
     }
 
     /// One pass over `reading`, the thread's probe read at `now`. Returns when the tracker wants the next pass, and
-    /// whether this pass waited on work of its own (a capture's handler, the writer making a hang's report durable):
-    /// its length is then no sign of a freeze (`FreezeWatch.passEnds`).
+    /// whether this pass waited on work of its own (a capture's handler; never the writer, whom a hang's later passes
+    /// ask): its length is then no sign of a freeze (`FreezeWatch.passEnds`).
     func step(_ reading: LoopProbe.Reading, now: UInt64, target: Target,
               freezes: FreezeTracker) -> (wakeAt: UInt64, waitedOnItsOwnWork: Bool) {
         var waitedOnItsOwnWork = false
@@ -157,10 +179,8 @@ final class StallTracker {
         }
         if case .busy = reading, current != nil { current?.lastSeenBusy = now }
         var wake = wakeAt
-        if current != nil {
-            let hang = actOnHang(now: now, target: target, freezes: freezes)
-            if let next = hang.next { wake = min(wake, next) }
-            waitedOnItsOwnWork = waitedOnItsOwnWork || hang.waitedForTheWriter
+        if current != nil, let next = actOnHang(now: now, target: target, freezes: freezes) {
+            wake = min(wake, next)
         }
         return (wake, waitedOnItsOwnWork)
     }
@@ -218,64 +238,79 @@ final class StallTracker {
         holders.endStall()
     }
 
-    /// A stall past a hang limit: past `systemd_hang_after_ms` (when systemd's watchdog is fed), its report is made
-    /// durable and the registry told, so the pings stop; past `hang_abort_after_ms` with `hang_action = abort`, its
-    /// report and event line are made durable and the process ends with SIGABRT. Frozen time (SIGSTOP, a container
-    /// freeze) does not count. Returns when the next limit is due, if any, and whether it waited for the writer to
-    /// make a hang's report durable.
-    private func actOnHang(now: UInt64, target: Target,
-                           freezes: FreezeTracker) -> (next: UInt64?, waitedForTheWriter: Bool) {
-        guard let stall = current else { return (nil, false) }
+    /// Acts on the hang limits the stall in progress passed: systemd's (while its watchdog is fed) and
+    /// `hang_abort_after_ms` (with `hang_action = abort`). Returns when the next pass is due for them.
+    private func actOnHang(now: UInt64, target: Target, freezes: FreezeTracker) -> UInt64? {
+        guard let stall = current else { return nil }
         let configuration = client.configuration
         let since = stall.snapshot.since
         let frozen = frozenTime(since: since, end: now, now: now, freezes: freezes, tid: target.tid)
         let stalledFor = now &- since &- min(frozen, now &- since)
         var next: UInt64?
-        var waitedForTheWriter = false
-        let systemdLimit = UInt64(configuration.systemdHangAfter.nanosecondsClamped)
-        if !stall.hungForSystemd, systemdIsFed() {
-            if stalledFor >= systemdLimit {
-                writeHang(action: "watchdog", limit: configuration.systemdHangAfter, now: now, freezes: freezes,
-                          target: target)
-                waitedForTheWriter = true
+        func plan(_ due: UInt64?) {
+            if let due { next = next.map { min($0, due) } ?? due }
+        }
+        if stall.systemdHang != .notYet || systemdIsFed() {
+            let limit = configuration.systemdHangAfter
+            let progress = advance(stall.systemdHang, limit: limit, action: "watchdog", stalledFor: stalledFor,
+                                   now: now, freezes: freezes, target: target)
+            current?.systemdHang = progress.state
+            plan(progress.next)
+            if progress.state == .actedOn && stall.systemdHang != .actedOn {
                 hangs.markHung(id: stall.snapshot.id)
-                current?.hungForSystemd = true
                 client.logger.critical("stallmon: a loop hung; systemd's watchdog is no longer fed",
                                        metadata: ["loop": "\(loopName)", "stalledMs": "\(stalledFor / 1_000_000)"])
-            } else {
-                next = now + (systemdLimit - stalledFor)
             }
         }
         if configuration.hangAction == .abort {
-            let abortLimit = UInt64(configuration.hangAbortAfter.nanosecondsClamped)
-            if stalledFor >= abortLimit {
-                writeHang(action: "abort", limit: configuration.hangAbortAfter, now: now, freezes: freezes,
-                          target: target)
+            let progress = advance(stall.abortHang, limit: configuration.hangAbortAfter, action: "abort",
+                                   stalledFor: stalledFor, now: now, freezes: freezes, target: target)
+            current?.abortHang = progress.state
+            plan(progress.next)
+            if progress.state == .actedOn {
                 client.logger.critical("stallmon: a loop hung past hang_abort_after_ms; ending the process (SIGABRT)",
                                        metadata: ["loop": "\(loopName)", "stalledMs": "\(stalledFor / 1_000_000)"])
                 abort()
             }
-            let due = now + (abortLimit - stalledFor)
-            next = next.map { min($0, due) } ?? due
         }
-        return (next, waitedForTheWriter)
+        return next
     }
 
-    /// Writes the stall's report as it stands, marked with what is done about the hang, and waits (up to 5 s) until
-    /// it and its event line are durable. The mark stays on the stall: its later ongoing reports replace this one on
-    /// disk, and must not lose it.
-    private func writeHang(action: String, limit: Duration, now: UInt64, freezes: FreezeTracker, target: Target) {
-        let afterMs = Double(limit.nanosecondsClamped) / 1e6
-        current?.snapshot.hang = StallReport.Hang(action: action, afterMs: afterMs)
-        guard let snapshot = ongoingSnapshot(now: now, freezes: freezes, tid: target.tid) else { return }
-        let queued = writer.submit(.hang(snapshot, action: action, afterMs: afterMs), from: client)
-        let unwritten = writer.flush(timeout: .seconds(5))
-        if !queued || unwritten > 0 {
+    /// One hang limit at this pass: past it, the hang's report is queued; once it is durable (or the wait for it
+    /// timed out), the hang is acted on. Returns the new state and when the next pass is due for it.
+    private func advance(_ progress: HangProgress, limit: Duration, action: String, stalledFor: UInt64, now: UInt64,
+                         freezes: FreezeTracker, target: Target) -> (state: HangProgress, next: UInt64?) {
+        switch progress {
+        case .actedOn:
+            return (.actedOn, nil)
+        case .notYet:
+            let limitNanoseconds = UInt64(limit.nanosecondsClamped)
+            guard stalledFor >= limitNanoseconds else { return (.notYet, now &+ (limitNanoseconds - stalledFor)) }
+            let ticket = writeHang(action: action, limit: limit, now: now, freezes: freezes, target: target)
+            let writing = HangProgress.writing(ticket: ticket, deadline: now &+ Self.hangDurabilityTimeout)
+            // A writer with nothing else queued may be done already (or none runs): act at once.
+            return advance(writing, limit: limit, action: action, stalledFor: stalledFor, now: now,
+                           freezes: freezes, target: target)
+        case .writing(let ticket, let deadline):
+            if let ticket, writer.hasHandled(ticket) { return (.actedOn, nil) }
+            guard now >= deadline else { return (progress, min(deadline, now &+ Self.hangDurabilityPoll)) }
             client.logger.error("""
                 stallmon: the hang's report could not be made durable (the report writer's queue is full or it is \
                 blocked); acting on the hang all the same
                 """, metadata: ["loop": "\(loopName)", "action": "\(action)"])
+            return (.actedOn, nil)
         }
+    }
+
+    /// Queues the stall's report as it stands, marked with what is done about the hang, and its `stall.hang` line
+    /// (the writer makes both durable). Returns its ticket (nil: the queue was full). The mark stays on the stall:
+    /// its later ongoing reports replace this one on disk, and must not lose it.
+    private func writeHang(action: String, limit: Duration, now: UInt64, freezes: FreezeTracker,
+                           target: Target) -> UInt64? {
+        let afterMs = Double(limit.nanosecondsClamped) / 1e6
+        current?.snapshot.hang = StallReport.Hang(action: action, afterMs: afterMs)
+        guard let snapshot = ongoingSnapshot(now: now, freezes: freezes, tid: target.tid) else { return nil }
+        return writer.submitTracked(.hang(snapshot, action: action, afterMs: afterMs), from: client)
     }
 
     /// The watchdog stops mid-stall: the evidence is left as an ongoing report, made as an interim one is.

@@ -17,7 +17,8 @@ struct StallTrackerHangTests {
     static let busy = LoopProbe.Reading.busy(iteration: 1, since: since)
 
     /// A tracker whose hang limit is 1 s and interim report due at 2 s, writing through `writer` (started or not).
-    static func makeTracker(directory: String) -> (tracker: StallTracker, writer: ReportWriter, client: ReportClient) {
+    static func makeTracker(directory: String, hangs: HangRegistry = HangRegistry())
+        -> (tracker: StallTracker, writer: ReportWriter, client: ReportClient) {
         var configuration = StallMonitorConfiguration(threshold: .milliseconds(100), interimAfter: .milliseconds(2000),
                                                       reportDirectory: directory)
         configuration.systemdHangAfter = .seconds(1)
@@ -26,7 +27,7 @@ struct StallTrackerHangTests {
                                   loopName: "hung", sinks: [])
         let writer = ReportWriter(directory: directory)
         let collaborators = StallTracker.Collaborators(
-            client: client, writer: writer, hangs: HangRegistry(), systemdIsFed: { true },
+            client: client, writer: writer, hangs: hangs, systemdIsFed: { true },
             stallCounter: Counter(label: "stallmon_test_stalls"),
             stallDuration: Metrics.Timer(label: "stallmon_test_stall_duration"))
         let tracker = StallTracker(loopName: "hung", annotations: nil, collaborators: collaborators)
@@ -38,21 +39,82 @@ struct StallTrackerHangTests {
         StallTracker.Target(tid: 0, capture: nil, longIterationRecord: { _ in nil })
     }
 
-    @Test func thePassThatMakesAHangDurableWaitedOnItsOwnWork() {
-        // The writer is not started: its flush returns at once; what is asked of the pass is what counts here.
+    @Test func aHangIsActedOnOnceItsReportIsHandled() {
+        // The writer is not started: nothing will write the report, and the hang is acted on at once.
         let (tracker, _, _) = Self.makeTracker(directory: makeTemporaryDirectory("stall-tracker-hang"))
         let freezes = FreezeTracker()
         let begun = tracker.step(Self.busy, now: Self.since + 150 * Self.ms, target: Self.target, freezes: freezes)
         #expect(tracker.isStalled)
-        #expect(!begun.waitedOnItsOwnWork, "no capture, no durable write")
+        #expect(!begun.waitedOnItsOwnWork, "no capture")
         let before = tracker.step(Self.busy, now: Self.since + 900 * Self.ms, target: Self.target, freezes: freezes)
-        #expect(!before.waitedOnItsOwnWork)
+        #expect(before.wakeAt <= Self.since + 1000 * Self.ms, "a pass is planned at the limit")
         let hung = tracker.step(Self.busy, now: Self.since + 1000 * Self.ms, target: Self.target, freezes: freezes)
-        #expect(hung.waitedOnItsOwnWork, "it waited for the hang's report to be durable: its length is no freeze")
-        let after = tracker.step(Self.busy, now: Self.since + 1010 * Self.ms, target: Self.target, freezes: freezes)
-        #expect(!after.waitedOnItsOwnWork, "the hang is made durable once")
+        #expect(!hung.waitedOnItsOwnWork, "the pass never waits for the writer")
+        #expect(tracker.hangProgress == (.actedOn, .notYet))
         tracker.stopMidStall(now: Self.since + 1020 * Self.ms, tid: 0, freezes: freezes)
         #expect(!tracker.isStalled)
+    }
+
+    /// A writer blocked (here in `flock` on an event log another process holds) never holds up the pass that found
+    /// the hang, nor the later ones, which every other stall of a shared watchdog would wait for too (issue 42,
+    /// item 1). The hang is acted on once its report is durable, or after 5 s without it.
+    @Test func aBlockedWriterNeverHoldsUpThePass() throws {
+        let directory = makeTemporaryDirectory("stall-tracker-hang")
+        let hangs = HangRegistry()
+        let (tracker, writer, client) = Self.makeTracker(directory: directory, hangs: hangs)
+        let log = client.configuration.resolvedEventLogPath
+        let holder = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        try #require(holder >= 0 && flock(holder, LOCK_EX) == 0)
+        var held = true
+        defer {
+            if held { flock(holder, LOCK_UN) }
+            close(holder)
+        }
+        writer.start(firstClient: client)
+        defer { writer.stop(timeout: .seconds(10)) }
+        let freezes = FreezeTracker()
+        _ = tracker.step(Self.busy, now: Self.since + 150 * Self.ms, target: Self.target, freezes: freezes)
+        let hung = tracker.step(Self.busy, now: Self.since + 1000 * Self.ms, target: Self.target, freezes: freezes)
+        #expect(!hung.waitedOnItsOwnWork)
+        #expect(hung.wakeAt <= Self.since + 1005 * Self.ms, "it looks again soon: \(hung.wakeAt - Self.since)")
+        guard case .writing = tracker.hangProgress.systemd else {
+            Issue.record("the writer cannot have written it: \(tracker.hangProgress)")
+            return
+        }
+        #expect(hangs.oldestHung() == nil, "not hung for systemd before its report is durable")
+
+        // The writer gets the lock: the next pass after it wrote acts on the hang.
+        flock(holder, LOCK_UN)
+        held = false
+        #expect(writer.flush(timeout: .seconds(30)) == 0)
+        _ = tracker.step(Self.busy, now: Self.since + 1010 * Self.ms, target: Self.target, freezes: freezes)
+        #expect(tracker.hangProgress.systemd == .actedOn)
+        #expect(hangs.oldestHung() != nil, "hung for systemd once its report is durable")
+        #expect(readReports(directory).first?.hang == StallReport.Hang(action: "watchdog", afterMs: 1000))
+        tracker.stopMidStall(now: Self.since + 1020 * Self.ms, tid: 0, freezes: freezes)
+    }
+
+    /// With the writer blocked for good, the hang is acted on 5 s after its limit all the same.
+    @Test func aHangWhoseReportCannotBeWrittenIsActedOnAfterFiveSeconds() throws {
+        let directory = makeTemporaryDirectory("stall-tracker-hang")
+        let (tracker, writer, client) = Self.makeTracker(directory: directory)
+        let holder = open(client.configuration.resolvedEventLogPath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        try #require(holder >= 0 && flock(holder, LOCK_EX) == 0)
+        defer {
+            flock(holder, LOCK_UN)
+            close(holder)
+            writer.stop(timeout: .seconds(10))
+        }
+        writer.start(firstClient: client)
+        let freezes = FreezeTracker()
+        _ = tracker.step(Self.busy, now: Self.since + 150 * Self.ms, target: Self.target, freezes: freezes)
+        _ = tracker.step(Self.busy, now: Self.since + 1000 * Self.ms, target: Self.target, freezes: freezes)
+        let waiting = tracker.step(Self.busy, now: Self.since + 5999 * Self.ms, target: Self.target, freezes: freezes)
+        #expect(waiting.wakeAt <= Self.since + 6000 * Self.ms)
+        #expect(tracker.hangProgress.systemd != .actedOn)
+        _ = tracker.step(Self.busy, now: Self.since + 6000 * Self.ms, target: Self.target, freezes: freezes)
+        #expect(tracker.hangProgress.systemd == .actedOn)
+        tracker.stopMidStall(now: Self.since + 6010 * Self.ms, tid: 0, freezes: freezes)
     }
 
     /// The interim report and the one written at stop replace the hang's on disk: they must still carry `hang`.
