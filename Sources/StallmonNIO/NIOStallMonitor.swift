@@ -19,7 +19,8 @@ import Synchronization
 /// monitor.start()
 /// ```
 ///
-/// Each loop gets its own watchdog, named after its NIO thread (`NIO-ELT-0-#3`, `NIO-SGLTN-0-#1`). The loop pays
+/// Each loop is a source of the process's one watchdog thread, named after its NIO thread (`NIO-ELT-0-#3`,
+/// `NIO-SGLTN-0-#1`). The loop pays
 /// two clock reads and a few relaxed stores per tick, taken around the selector's `epoll_wait` (README, "SwiftNIO
 /// event loops"); the watchdog samples a stalled loop's stack by signal, and reports, the event log, classes,
 /// signatures and rate limits are exactly those of a `Looper` stall, plus the `phase` (`io` / `tasks`).
@@ -147,7 +148,7 @@ public final class NIOStallMonitor: Sendable {
         return unique
     }
 
-    /// Starts the watchdogs (and the sinks). Calling it again, or after `stop()`, does nothing.
+    /// Starts watching every loop (and the sinks). Calling it again, or after `stop()`, does nothing.
     public func start() {
         let shouldStart = state.withLock { state in
             guard !state.started, !state.stopped else { return false }
@@ -158,7 +159,7 @@ public final class NIOStallMonitor: Sendable {
         for watch in watches { watch.watch.start() }
     }
 
-    /// Stops watching: the hooks stop storing, the watchdogs are joined (a stall in progress is written as
+    /// Stops watching: the hooks stop storing, the loops leave the watchdog (a stall in progress is written as
     /// ongoing), this monitor's reports are written and the sinks no other monitor uses are stopped (up to 2 s
     /// each). Nothing is posted to the loops, so it works on a group already shut down. Blocks while it joins
     /// threads: from async code, call it off the cooperative pool (`StallMonitorService` does). Idempotent.

@@ -19,6 +19,7 @@ struct NIOEventLoops {
     func run(_ results: Results) throws {
         try throughput(results)
         try detection(results)
+        try manyLoops(results)
     }
 
     // MARK: wrk
@@ -146,6 +147,93 @@ struct NIOEventLoops {
                                    value: outcome.phasesRight * 100, unit: "%"))
             }
         }
+    }
+
+    // MARK: 16 loops and the pool in one process
+
+    /// 16 event loops and the pool monitored in one process (issue 42): detection on a loop picked in turn, the
+    /// process's CPU while idle beside the same group unmonitored, and the watchdog threads that take it.
+    private func manyLoops(_ results: Results) throws {
+        let loops = 16
+        let count = quick ? 64 : 160
+        let threshold = DetectionQuality.thresholdMs
+        print("\n7c. \(loops) NIO loops and the pool in one process: \(count) injected stalls, each on the next loop, "
+            + "threshold \(Int(threshold)) ms; idle CPU beside the same group unmonitored")
+        var generator = SplitMix(seed: 0x16_10)
+        let durations = (0..<count).map { index -> Double in
+            index % 2 == 0 ? threshold * generator.uniform(0.6, 0.97) : threshold * generator.uniform(1.03, 2.5)
+        }
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: loops)
+        defer { try? group.syncShutdownGracefully() }
+        let unmonitoredIdle = idleCPU(seconds: quick ? 2 : 5)
+        let directory = scratch + "/nio-many-loops"
+        var configuration = StallMonitorConfiguration(threshold: .milliseconds(Int(threshold)),
+                                                      sampleInterval: .milliseconds(10), reportDirectory: directory)
+        configuration.maxReportsPerSignaturePerHour = 100_000
+        let monitor = try NIOStallMonitor(group: group, configuration: configuration, logger: logger)
+        let pool = try ConcurrencyStallMonitor(configuration: configuration, logger: logger, mainActor: false)
+        monitor.start()
+        pool.start()
+        usleep(200_000)
+        let monitoredIdle = idleCPU(seconds: quick ? 2 : 5)
+        let watchdogs = Self.threads(named: ["stallmon-watch", "stallmon-pool"])
+        let eventLoops = Array(group.makeIterator())
+        var injected: [DetectionQuality.Injected] = []
+        for (index, duration) in durations.enumerated() {
+            usleep(35_000)
+            injected.append(try eventLoops[index % loops].submit {
+                let start = nowNanoseconds()
+                _ = benchSpin(milliseconds: duration)
+                return DetectionQuality.Injected(start: start, duration: nowNanoseconds() - start)
+            }.wait())
+        }
+        usleep(100_000)
+        monitor.stop()
+        pool.stop()
+        let reports = try ReportReader.scan(directory: directory).reports.map(\.report)
+        let detections = reports.filter { $0.loop.hasPrefix("NIO-") }.map { report in
+            DetectionQuality.Detection(declaredAt: report.start.monotonicNs
+                                           + UInt64((report.samples.first?.offsetMs ?? 0) * 1e6),
+                                       start: report.start.monotonicNs, durationMs: report.durationMs)
+        }
+        let scored = DetectionQuality(quick: quick, scratch: scratch, logger: logger).score(injected, detections)
+        results.add(Figure(section: "nio", name: "16 loops + pool: recall", value: scored.recall * 100, unit: "%",
+                           target: "≥ 99 %"))
+        results.add(Figure(section: "nio", name: "16 loops + pool: precision", value: scored.precision * 100,
+                           unit: "%", target: "≥ 99 %"))
+        results.add(Figure(section: "nio", name: "16 loops + pool: delay after crossing, p99",
+                           value: Stats.percentile(scored.delays, 0.99), unit: "ms", target: "≤ 10 ms"))
+        results.add(Figure(section: "nio", name: "16 loops + pool: duration error, p99",
+                           value: Stats.percentile(scored.errors, 0.99), unit: "ms", target: "≤ 1 ms"))
+        results.add(Figure(section: "nio", name: "16 loops + pool: watchdog threads", value: Double(watchdogs),
+                           unit: "threads", target: "1"))
+        results.add(Figure(section: "nio", name: "16 idle loops: process CPU unmonitored", value: unmonitoredIdle,
+                           unit: "%"))
+        results.add(Figure(section: "nio", name: "16 idle loops + pool: process CPU monitored",
+                           value: monitoredIdle, unit: "%"))
+    }
+
+    /// The whole process's CPU over `seconds` of doing nothing, in % of one CPU.
+    private func idleCPU(seconds: UInt32) -> Double {
+        func cpuSeconds() -> Double {
+            var usage = rusage()
+            getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+            return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+                + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+        }
+        let before = cpuSeconds()
+        let start = nowNanoseconds()
+        sleep(seconds)
+        return (cpuSeconds() - before) / (Double(nowNanoseconds() - start) / 1e9) * 100
+    }
+
+    /// How many threads of this process have one of `names` (their kernel name).
+    static func threads(named names: Set<String>) -> Int {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.filter { task in
+            let name = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
+            return names.contains(name.trimmingCharacters(in: .whitespacesAndNewlines))
+        }.count
     }
 
     private struct Outcome {

@@ -979,15 +979,13 @@ case "unwinder-loader":
         + "\(held.frames.load(ordering: .relaxed)) frames, "
         + "\(held.iterations.load(ordering: .relaxed)) loader walks")
 
-case "failed-second":
-    // A second monitor on the same report directory fails after joining its pipeline (no descriptor left for its
-    // watchdog's eventfd): the first monitor's pipeline must keep running, so its stall is still reported.
+case "second-without-descriptors":
+    // A second monitor on the same report directory, made with no descriptor left: it needs none of its own (the
+    // watchdog and the pipeline are the process's, made by the first), and both monitors' stalls are reported.
     var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
                                                   reportDirectory: reportDirectory)
     configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
     let firstLoop = try Looper(name: "first-loop")
-    // Joined, not yet started: no watchdog thread opening /proc files that would free a descriptor meanwhile (the
-    // writer's start-up retention is over after the pause).
     let first = try LooperStallMonitor(loop: firstLoop, configuration: configuration)
     let secondLoop = try Looper(name: "second-loop")
     usleep(200_000)
@@ -1000,25 +998,34 @@ case "failed-second":
     setrlimit(RLIMIT_NOFILE_VALUE, &lowered)
     var fillers: [Int32] = []
     while case let filler = dup(0), filler >= 0 { fillers.append(filler) }  // every descriptor below is taken now
+    let second: LooperStallMonitor?
     do {
-        _ = try LooperStallMonitor(loop: secondLoop, configuration: configuration)
-        say("error the second monitor was created")
+        second = try LooperStallMonitor(loop: secondLoop, configuration: configuration)
     } catch {
+        second = nil
         say("refused \(error)")
     }
     fillers.forEach { close($0) }
     setrlimit(RLIMIT_NOFILE_VALUE, &limit)
     first.start()
+    second?.start()
     Thread.detachNewThread { firstLoop.run(for: .seconds(30)) }
+    Thread.detachNewThread { secondLoop.run(for: .seconds(30)) }
     let ended = DispatchSemaphore(value: 0)
-    firstLoop.perform(label: "first.stall") {
-        measured("first") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
-        ended.signal()
+    for (loop, name) in [(firstLoop, "first"), (secondLoop, "second")] {
+        loop.perform(label: LooperLabel("\(name).stall")) {
+            // Long enough to be sampled on a loaded machine, where the watchdog may wake late.
+            measured(name) { _ = AsyncStalls.spinCPU(milliseconds: 6 * thresholdMs) }
+            ended.signal()
+        }
     }
+    ended.wait()
     ended.wait()
     usleep(UInt32(2 * thresholdMs * 1000))
     firstLoop.stop()
+    secondLoop.stop()
     first.stop()
+    second?.stop()
     say("done")
 
 case "quiet-loop", "quiet-loop-unmonitored":
@@ -1061,6 +1068,47 @@ case "foreign-handler":
     } catch {
         say("refused \(error)")
     }
+
+case "one-watchdog":
+    // Eight NIO event loops, a Looper and the pool, each with its monitor: one watchdog thread in the process, and a
+    // stall on two loops at once is reported for both. Prints `watchdogs N` (threads named stallmon-watch).
+    let pool = makeMonitor(mainActor: false)
+    let group = MultiThreadedEventLoopGroup(numberOfThreads: 8)
+    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
+                                                  reportDirectory: reportDirectory)
+    configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
+    let nio = try NIOStallMonitor(group: group, configuration: configuration)
+    let loop = try Looper(name: "looper")
+    let looper = try LooperStallMonitor(loop: loop, configuration: configuration)
+    pool.start()
+    nio.start()
+    looper.start()
+    Thread.detachNewThread { loop.run(for: .seconds(30)) }
+    func watchdogThreads() -> Int {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.filter { task in
+            let name = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
+            return name.trimmingCharacters(in: .whitespacesAndNewlines) == "stallmon-watch"
+        }.count
+    }
+    let ended = DispatchSemaphore(value: 0)
+    let loops = Array(group.makeIterator())
+    for (index, eventLoop) in loops.prefix(2).enumerated() {
+        eventLoop.execute {
+            measured("nio-\(index)") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+            ended.signal()
+        }
+    }
+    ended.wait()
+    ended.wait()
+    usleep(UInt32(2 * thresholdMs * 1000))
+    say("watchdogs \(watchdogThreads())")
+    loop.stop()
+    looper.stop()
+    nio.stop()
+    pool.stop()
+    say("watchdogs-after-stop \(watchdogThreads())")
+    say("done")
 
 case "nio-takeover":
     // NIO's executor take-over first: the global executor's hook is then NIO's.

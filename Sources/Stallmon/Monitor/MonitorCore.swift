@@ -5,9 +5,10 @@ import StallmonReport
 import Synchronization
 
 /// What every monitor is, whatever it watches: the sampling signal it holds, its place in the shared
-/// `ReportPipeline` of its report directory, its watchdog thread over one `ProbeSource`, its counters, and its life
-/// (start once, stop once, systemd's watchdog fed in between). A loop's monitor (`LoopWatch`) gives it a loop
-/// thread's source; the global executor's (`ConcurrencyStallMonitor`) the pool workers' source.
+/// `ReportPipeline` of its report directory, its `ProbeSource` as a member of the process's one watchdog
+/// (`Watchdog.process`), its counters, and its life (start once, stop once, systemd's watchdog fed in between). A
+/// loop's monitor (`LoopWatch`) gives it a loop thread's source; the global executor's (`ConcurrencyStallMonitor`)
+/// the pool workers' source.
 package final class MonitorCore: Sendable {
     let name: String
     let configuration: StallMonitorConfiguration
@@ -16,15 +17,16 @@ package final class MonitorCore: Sendable {
     let counters = MonitorCounters()
     private let client: ReportClient
     private let pipeline: ReportPipeline
-    private let watchdog: Watchdog
+    private let watchdog = Watchdog.process
+    private let member: Watchdog.Member
     private let state = Mutex<(started: Bool, stopped: Bool)>((false, false))
-    private let signalHeld = Atomic<Bool>(true)
     /// This monitor feeds systemd's watchdog (`SystemdNotifier`) between start and stop.
     private let feedsSystemd = Atomic<Bool>(false)
 
-    /// Validates `configuration`, takes the sampling signal, joins the pipeline of its report directory and makes
-    /// the watchdog over the source `makeSource` builds. `phaseOfReport` names the phase of a finished report (nil:
-    /// reports have none).
+    /// Validates `configuration`, takes the sampling signal, holds the process's watchdog, joins the pipeline of
+    /// its report directory and makes the source `makeSource` builds. `phaseOfReport` names the phase of a finished
+    /// report (nil: reports have none). Nothing that can fail comes after the pipeline is joined: a monitor that
+    /// throws never leaves a pipeline that another monitor uses.
     init(name: String, configuration: StallMonitorConfiguration, logger: Logger, sinks: [any StallReportSink],
          phaseOfReport: (@Sendable (StallReport) -> String?)? = nil,
          makeSource: (StallTracker.Collaborators) -> any ProbeSource) throws(StallMonitorError) {
@@ -42,6 +44,12 @@ package final class MonitorCore: Sendable {
             let text = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             throw StallMonitorError(description: "cannot take the sampling signal: \(text)")
         }
+        do {
+            try Watchdog.process.retain()
+        } catch {
+            cstallmon_release()
+            throw StallMonitorError(description: "cannot create the monitor's wake-up eventfd (watchdog): \(error)")
+        }
         self.name = name
         self.configuration = configuration
         self.signalNumber = signalNumber
@@ -50,20 +58,13 @@ package final class MonitorCore: Sendable {
         do {
             pipeline = try ReportPipeline.join(client)
         } catch {
+            Watchdog.process.release()
             cstallmon_release()
             throw StallMonitorError(
                 description: "cannot create the monitor's wake-up eventfd (report writer): \(error)")
         }
         let source = makeSource(.process(client: client, writer: pipeline.writer, name: name))
-        watchdog = Watchdog(source: source, name: name, client: client, writer: pipeline.writer)
-        if let failure = watchdog.setupError {
-            // Stopped for good: the deinit that follows the throw must not leave or release a second time.
-            state.withLock { $0.stopped = true }
-            pipeline.leave(client, sinksStarted: false, sinkDeadline: .zero)
-            cstallmon_release()
-            signalHeld.store(false, ordering: .relaxed)
-            throw StallMonitorError(description: "cannot create the monitor's wake-up eventfd: \(failure)")
-        }
+        member = Watchdog.Member(source: source, name: name, client: client, writer: pipeline.writer)
     }
 
     deinit {
@@ -95,9 +96,9 @@ package final class MonitorCore: Sendable {
         }
     }
 
-    /// Starts the sinks not yet started, the control socket and the watchdog thread; `beforeWatching` runs first
-    /// (a loop's probe starts counting). Returns false when it was already started or stopped. Logs (once) when
-    /// the watchdog thread cannot be created.
+    /// Starts the sinks not yet started and the control socket, and adds the source to the watchdog (starting its
+    /// thread if no monitor did yet); `beforeWatching` runs first (a loop's probe starts counting). Returns false
+    /// when it was already started or stopped. Logs (once) when the watchdog thread cannot be created.
     @discardableResult
     func start(beforeWatching: () -> Void = {}) -> Bool {
         let shouldStart = state.withLock { state in
@@ -114,16 +115,17 @@ package final class MonitorCore: Sendable {
         pipeline.startSinks(of: client)
         pipeline.startControlSocket(for: client)
         feedsSystemd.store(SystemdNotifier.shared.retain(configuration, logger: client.logger), ordering: .relaxed)
-        if !watchdog.start() {
+        if !watchdog.add(member) {
             client.logger.error("stallmon: cannot start the watchdog thread; stalls will not be detected",
                                 metadata: ["loop": "\(name)"])
         }
         return true
     }
 
-    /// Joins the watchdog (a stall in progress is written as ongoing), waits until the pipeline wrote this monitor's
-    /// reports, stops the sinks no other monitor uses (up to 2 s each; the writer is waited for at most 5 s), runs
-    /// `releaseThreads` (the capture slots its source still owns) and gives the sampling signal back. Idempotent.
+    /// Removes the source from the watchdog (a stall in progress is written as ongoing), waits until the pipeline
+    /// wrote this monitor's reports, stops the sinks no other monitor uses (up to 2 s each; the writer is waited for
+    /// at most 5 s), runs `releaseThreads` (the capture slots its source still owns), lets the watchdog go (the last
+    /// monitor joins its thread) and gives the sampling signal back. Idempotent.
     func stop(releaseThreads: () -> Void = {}) {
         let started: Bool? = state.withLock { state in
             guard !state.stopped else { return nil }
@@ -131,11 +133,12 @@ package final class MonitorCore: Sendable {
             return state.started
         }
         guard let started else { return }
-        watchdog.stop()
+        watchdog.remove(member)
         if feedsSystemd.exchange(false, ordering: .relaxed) { SystemdNotifier.shared.release() }
         pipeline.leave(client, sinksStarted: started, sinkDeadline: .seconds(2))
         releaseThreads()
-        if signalHeld.exchange(false, ordering: .relaxed) { cstallmon_release() }
+        watchdog.release()
+        cstallmon_release()
     }
 
     /// True once `stop()` began.

@@ -1,6 +1,6 @@
 import Synchronization
 
-/// Everything downstream of the watchdogs, once per process and report directory: one writer thread, one
+/// Everything downstream of the watchdog, once per process and report directory: one writer thread, one
 /// symbolicator (libdw maps symbol tables and DWARF once, not once per loop), one event-log writer per file, and
 /// each sink started once however many monitors were given it.
 ///
@@ -86,7 +86,7 @@ final class ReportPipeline: Sendable {
     ///
     /// How long it takes, at most: `writerTimeout` (5 s) for the writer, its flush and its join together, plus, for the
     /// last member, the control socket's stop (`ControlSocket.stop()`: at once when the process has one report
-    /// directory and its watchdogs stopped first; otherwise at most 2 s, plus 2 s per other report directory, when a
+    /// directory and no collection is under way; otherwise at most 2 s, plus 2 s per other report directory, when a
     /// snapshot's collection is under way) and at most 100 ms more for the join when that stop left less than that
     /// of the 5 s; then up to `sinkDeadline` for each sink only this member used. With one report directory and no
     /// sink of its own: 5.1 s.

@@ -29,7 +29,6 @@ final class LoopThreadSource: ProbeSource {
     private var loopThread: UInt = 0
     /// How often an unbound loop thread is looked for.
     private let idlePoll: UInt64
-    let threadName = "stallmon-watch"
 
     init(probe: LoopProbe, binding: ThreadBinding, loopName: String, currentLabel: @escaping @Sendable () -> UInt32,
          currentMode: @escaping @Sendable () -> String?, annotations: IterationAnnotations,

@@ -38,7 +38,6 @@ final class PoolWorkerSource: ProbeSource {
     private let configuration: StallMonitorConfiguration
     /// The longest a pass waits when no worker asks for sooner.
     private let idlePoll: UInt64
-    let threadName = "stallmon-pool"
     private let poolClasses: [PoolStatsReporter.PoolClass]
     private var workers: [Int32: Worker] = [:]
     private let lender: SlotLender

@@ -5,7 +5,7 @@ import Foundation
 import StallmonLoop
 import StallmonReport
 
-/// Starvation of the global executor's pool, as the pool's watchdog sees it pass by pass: a job that waits longer
+/// Starvation of the global executor's pool, as the watchdog sees it pass by pass: a job that waits longer
 /// than the threshold because every worker is busy. No single job needs to be slow for that (a pool of two workers
 /// held by two 80 ms jobs, with a request queued behind them, is starved at a 100 ms threshold as soon as the
 /// request has waited 100 ms), so per-job stall detection does not see it.
@@ -17,7 +17,7 @@ import StallmonReport
 /// report then says how long the pool was saturated, how long the oldest job waited, how many waited, and which
 /// culprits held their worker throughout (blocked or computing) or whether the workers ran many jobs (busy).
 /// When each of that happens is decided by `StarvationDecision`; this watch reads the pool, gathers the culprits
-/// and writes the reports. An add-on of the pool's probe source (`PoolWorkerSource`), owned by its watchdog thread.
+/// and writes the reports. An add-on of the pool's probe source (`PoolWorkerSource`), used by the watchdog thread.
 final class StarvationWatch {
     private struct Culprit {
         var worker: WorkerReading

@@ -113,9 +113,9 @@ final class ControlSocket: Sendable {
     /// The bound: what this can not cut short is a collection already under way (`SnapshotCoordinator.collect`, the
     /// watchdogs' answers): at most its 2 s, plus up to 2 s for each other report directory's control socket queued
     /// before it (the process answers one request at a time). So stop() takes at most 2 s + 2 s per other report
-    /// directory in the process, plus microseconds (shutdowns, a join, a close, an unlink). In the usual case, one
-    /// report directory whose monitors stopped their watchdogs before the pipeline stopped this (as `LoopWatch.stop`
-    /// does), a collection under way has no watchdog left to wait for and ends at once: stop() returns at once.
+    /// directory in the process, plus microseconds (shutdowns, a join, a close, an unlink). In the usual case a
+    /// collection under way is answered by the watchdog thread at its next pass, which the request woke: stop()
+    /// returns as soon as that pass did.
     func stop() {
         stopping.store(true, ordering: .releasing)
         // Wakes the thread blocked in accept (which then fails): no polling while idle.

@@ -2,7 +2,7 @@ import Synchronization
 
 /// The process's stalls in progress, across every monitor, for systemd's watchdog (`SystemdNotifier`): which loop,
 /// since when, and whether one passed its monitor's `systemd_hang_after_ms` with its report durable. Written by
-/// watchdog threads at a stall's begin, hang and end, and by the report writer (the top frame); never per iteration
+/// the watchdog thread at a stall's begin, hang and end, and by the report writer (the top frame); never per iteration
 /// and never by a loop thread or pool worker.
 final class HangRegistry: Sendable {
     static let shared = HangRegistry()

@@ -4,13 +4,13 @@ import Foundation
 import StallmonReport
 import Synchronization
 
-/// A snapshot on demand: every running watchdog (each loop's, each pool's) contributes what its loop or pool is doing
-/// and a stack sample, on its own thread with its own capture slots, at its next pass (each is woken at once). The
-/// control socket's thread (`ControlSocket`) asks, waits for them (bounded), and hands the parts to the report writer.
+/// A snapshot on demand: the process's watchdog thread (`Watchdog.process`, woken at once) contributes what every
+/// loop and pool it watches is doing, each with a stack sample taken with that source's capture slots. The control
+/// socket's thread (`ControlSocket`) asks, waits for it (bounded), and hands the parts to the report writer.
 final class SnapshotCoordinator: Sendable {
     static let shared = SnapshotCoordinator()
 
-    /// One loop, worker or pool, as its watchdog saw it.
+    /// One loop, worker or pool, as the watchdog saw it.
     struct Part: Sendable {
         var name: String
         var kind: String
@@ -33,7 +33,7 @@ final class SnapshotCoordinator: Sendable {
     }
 
     private let state = Mutex<State>(State())
-    /// The request being answered (0: none yet); watchdogs compare it with the last they answered, once per pass.
+    /// The request being answered (0: none yet); the watchdog compares it with the last it answered, once per pass.
     private let requested = Atomic<UInt64>(0)
     /// Monotonic: a wall clock stepped back would unbound `collect`, and so `stop()`.
     private let progress = MonotonicCondition()

@@ -3,10 +3,11 @@ import CStallmonLoopShims
 /// Tells a whole-process freeze (SIGSTOP, a debugger, a VM or container pause) from the watchdog thread's own
 /// lateness. Two gaps are judged: a wake-up much later than asked for, and a pass that took that long. Either is a
 /// freeze only when the process as a whole did not run across it (`FreezeEvidence`): never from the watchdog's
-/// lateness alone, and not at all when the evidence cannot be read. Owned by one watchdog thread.
+/// lateness alone, and not at all when the evidence cannot be read. Owned by the watchdog thread.
 struct FreezeWatch {
     private(set) var freezes = FreezeTracker()
-    private let minimum: UInt64
+    /// The shortest gap judged: a quarter of the smallest threshold watched, at least 10 ms.
+    private var minimum: UInt64
     /// CLOCK_MONOTONIC, the process's progress and its thread count: injected so that the decisions can be tested
     /// without threads.
     private let clock: () -> UInt64
@@ -25,12 +26,21 @@ struct FreezeWatch {
          progress: @escaping () -> ProcessProgress? = { ProcessProgress.read() },
          threadCount: @escaping () -> Int? = { ProcessProgress.threadCount() },
          cpus: Int = ProcessProgress.onlineCPUs()) {
-        minimum = max(10_000_000, thresholdNanoseconds / 4)
+        minimum = Self.minimum(thresholdNanoseconds: thresholdNanoseconds)
         self.cpus = cpus
         self.clock = clock
         self.progress = progress
         self.threadCount = threadCount
         progressBeforeSleep = progress()
+    }
+
+    private static func minimum(thresholdNanoseconds: UInt64) -> UInt64 {
+        max(10_000_000, thresholdNanoseconds / 4)
+    }
+
+    /// The smallest threshold among the sources watched now (they come and go).
+    mutating func setThreshold(nanoseconds: UInt64) {
+        minimum = Self.minimum(thresholdNanoseconds: nanoseconds)
     }
 
     /// At the top of a pass: the freeze's length when the wake-up at `now` was one.

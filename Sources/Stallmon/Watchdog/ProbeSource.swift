@@ -1,11 +1,9 @@
-/// Where a watchdog's readings come from: the threads one monitor watches (a loop thread, the pool's workers), read
-/// once per pass. The watchdog (`Watchdog`) owns what every monitor does the same way: the freeze check, snapshot
-/// requests, the wait until the next pass, the stop; a source owns its threads' probes, their `StallTracker`s, its
-/// capture slots and its statistics. Called on the watchdog thread only.
+/// Where the watchdog's readings come from: the threads one monitor watches (a loop thread, the pool's workers), read
+/// at each pass the source asks for. The process's one watchdog (`Watchdog`) owns what is the same for every source:
+/// the freeze check, snapshot requests, the wait until the next pass; a source owns its threads' probes, their
+/// `StallTracker`s, its capture slots and its statistics. Called on the watchdog thread, or under the watchdog's
+/// lock for this source (`stop`, when its monitor stops), never by two threads at once.
 protocol ProbeSource: AnyObject {
-    /// The name of the watchdog thread (`stallmon-watch`, `stallmon-pool`).
-    var threadName: String { get }
-
     /// What this source's threads are doing now, for a snapshot on demand, each busy one with a stack sample.
     /// `waitedOnItsOwnWork`: a capture was taken (it waits up to `capture_timeout_ms` for its handler).
     func snapshotParts() -> (parts: [SnapshotCoordinator.Part], waitedOnItsOwnWork: Bool)

@@ -7,8 +7,8 @@ import StallmonReport
 import Synchronization
 
 /// The stalls of one watched thread, as a watchdog thread sees them pass by pass: lets `StallDetector` decide,
-/// takes the samples, and hands begin, interim and final snapshots to the writer. A loop's watchdog has one; the
-/// global executor's watchdog has one per worker. Owned by one watchdog thread.
+/// takes the samples, and hands begin, interim and final snapshots to the writer. A loop's source has one; the
+/// global executor's source has one per worker. Used by the watchdog thread only (or under its lock for the source).
 final class StallTracker {
     /// What a tracker needs of the thread it watches, for one pass.
     struct Target {

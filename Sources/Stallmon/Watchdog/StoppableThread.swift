@@ -31,10 +31,15 @@ final class StoppableThread: Sendable {
         wakeSignal.wake()
     }
 
-    /// Asks the body to stop, wakes it and joins it.
-    func stop() {
+    /// Asks the body to stop and wakes it, without joining it (on the thread itself).
+    func requestStop() {
         stopping.store(true, ordering: .releasing)
         wakeSignal.wake()
+    }
+
+    /// Asks the body to stop, wakes it and joins it.
+    func stop() {
+        requestStop()
         let running = thread.withLock { thread in
             defer { thread = nil }
             return thread

@@ -1,74 +1,208 @@
 import CStallmonLoopShims
+import Synchronization
 
-/// The watchdog thread of one monitor, whatever it watches: each pass checks for a whole-process freeze, lets its
-/// `ProbeSource` read and step every watched thread, answers a snapshot request, exports statistics when due, and
-/// sleeps until the earliest wake-up anyone asked for (on an eventfd with a nanosecond timeout, so `stop()` is
-/// immediate).
+/// The process's one watchdog thread (`stallmon-watch`), over every monitor's `ProbeSource`: a `Looper`'s loop
+/// thread, each event loop of an NIO group, the pool's workers. Each pass checks once for a whole-process freeze,
+/// steps every source whose pass is due, answers a snapshot request with every source's parts, exports each source's
+/// statistics when due, and sleeps until the earliest wake-up any source asked for (on an eventfd with a nanosecond
+/// timeout, so membership changes and `stop` are immediate).
+///
+/// Monitors hold it from their creation (`retain`, which creates its wake-up eventfd: the one descriptor it needs)
+/// to their stop (`release`); their sources are members from `start` to `stop` (`add`, `remove`). The thread runs
+/// while any monitor holds it and was started.
 final class Watchdog: Sendable {
-    /// Used on the watchdog thread only, from `start()` on.
-    nonisolated(unsafe) private let source: any ProbeSource
-    private let client: ReportClient
-    private let writer: ReportWriter
-    /// The name freezes are reported under (the loop's or the pool's).
-    private let name: String
-    let runner = StoppableThread()
+    /// The process's watchdog.
+    static let process = Watchdog()
 
-    init(source: any ProbeSource, name: String, client: ReportClient, writer: ReportWriter) {
-        self.source = source
-        self.name = name
-        self.client = client
-        self.writer = writer
+    /// One source under watch, with the client and writer its freezes and statistics go to.
+    final class Member: Sendable {
+        let name: String
+        let client: ReportClient
+        let writer: ReportWriter
+        /// Used only under `step`'s lock: by the watchdog's passes and by `remove`.
+        nonisolated(unsafe) fileprivate let source: any ProbeSource
+        fileprivate let step = Mutex<Step>(Step())
+
+        init(source: any ProbeSource, name: String, client: ReportClient, writer: ReportWriter) {
+            self.source = source
+            self.name = name
+            self.client = client
+            self.writer = writer
+        }
+
+        var thresholdNanoseconds: UInt64 { UInt64(client.configuration.threshold.nanosecondsClamped) }
     }
 
-    /// Why its wake-up signal could not be created (the monitor then refuses to start).
-    var setupError: FileError? { runner.creationError }
-
-    /// Starts the thread; false when it could not be created.
-    func start() -> Bool {
-        runner.start(name: source.threadName) { [self] in run() }
+    fileprivate struct Step {
+        /// Set by `remove`: no pass touches the source after it.
+        var removed = false
+        /// When the source asked for its next pass (0: at the next pass).
+        var nextWake: UInt64 = 0
+        /// Its latest pass watched nothing (a loop thread not bound yet).
+        var watchedNothing = true
     }
 
-    /// Stops and joins it; a stall in progress is written as ongoing.
-    func stop() {
-        runner.stop()
+    private struct Registry {
+        var members: [Member] = []
+        /// The thread of the monitors that hold the watchdog now; replaced when all released it.
+        var runner: StoppableThread?
+        var started = false
+        var holders = 0
+        /// The watchdog thread's id, so that a release on that very thread never joins itself.
+        var threadID: Int32 = 0
     }
 
-    private func run() {
-        var freezeWatch = FreezeWatch(thresholdNanoseconds: UInt64(client.configuration.threshold.nanosecondsClamped))
+    private let registry = Mutex<Registry>(Registry())
+    /// The freezes found so far, for a source stopped off the watchdog thread (its report sets them aside).
+    private let freezesFound = Mutex<FreezeTracker>(FreezeTracker())
+
+    /// A monitor is created: the watchdog's wake-up eventfd is made if no monitor holds it yet. Throws when it
+    /// cannot be (EMFILE), and the monitor then refuses to start.
+    func retain() throws(FileError) {
+        try registry.withLock { registry throws(FileError) in
+            if registry.runner == nil {
+                let runner = StoppableThread()
+                if let failure = runner.creationError { throw failure }
+                registry.runner = runner
+                registry.started = false
+            }
+            registry.holders += 1
+        }
+    }
+
+    /// A monitor stopped (its source was removed): the last one stops and joins the thread.
+    func release() {
+        let (stopping, ownThread) = registry.withLock { registry -> (StoppableThread?, Bool) in
+            registry.holders -= 1
+            guard registry.holders == 0 else { return (nil, false) }
+            defer {
+                registry.runner = nil
+                registry.started = false
+            }
+            return (registry.runner, registry.threadID == cstallmon_gettid())
+        }
+        // On the watchdog thread itself (a log handler that stops a monitor): it ends at its next pass.
+        if ownThread { stopping?.requestStop() } else { stopping?.stop() }
+    }
+
+    /// Starts watching `member`'s source: its first pass comes at once. Starts the thread if this is the first
+    /// member since the monitors took the watchdog; false when the system refuses a thread.
+    func add(_ member: Member) -> Bool {
+        let (runner, startNow) = registry.withLock { registry -> (StoppableThread?, Bool) in
+            registry.members.append(member)
+            defer { registry.started = true }
+            return (registry.runner, !registry.started)
+        }
+        guard let runner else { return false }
+        if startNow {
+            return runner.start(name: "stallmon-watch") { [self] in run(runner) }
+        }
+        runner.wake()
+        return true
+    }
+
+    /// Stops watching `member`'s source, waiting for a pass that steps it to end: a stall in progress is finished
+    /// as ongoing, and no pass touches the source afterwards. Does nothing for a source never added.
+    func remove(_ member: Member) {
+        let wasMember = registry.withLock { registry in
+            let count = registry.members.count
+            registry.members.removeAll { $0 === member }
+            return registry.members.count != count
+        }
+        guard wasMember else { return }
+        let freezes = freezesFound.withLock { $0 }
+        member.step.withLock { step in
+            guard !step.removed else { return }
+            step.removed = true
+            member.source.stop(freezes: freezes)
+        }
+    }
+
+    // MARK: - The watchdog thread
+
+    private func run(_ runner: StoppableThread) {
+        registry.withLock { $0.threadID = cstallmon_gettid() }
+        var freezeWatch = FreezeWatch(thresholdNanoseconds: 100_000_000)
         let snapshots = SnapshotCoordinator.shared
         var answeredSnapshot: UInt64 = 0
-        snapshots.join(ObjectIdentifier(self), runner: runner)
-        defer { snapshots.leave(ObjectIdentifier(self)) }
+        snapshots.join(ObjectIdentifier(runner), runner: runner)
+        defer { snapshots.leave(ObjectIdentifier(runner)) }
 
         while !runner.isStopping {
-            let now = cstallmon_monotonic_ns()
-            if let frozen = freezeWatch.passBegins(now: now) { reportFreeze(frozen) }
-            var pass = source.pass(now: now, freezes: freezeWatch.freezes)
-            // A snapshot on demand after the pass, so that its captures never delay the pass's reading of `now`.
-            if let request = snapshots.pending(after: answeredSnapshot) {
+            let members = registry.withLock { $0.members }
+            if let smallest = members.map(\.thresholdNanoseconds).min() {
+                freezeWatch.setThreshold(nanoseconds: smallest)
+            }
+            let top = cstallmon_monotonic_ns()
+            if let frozen = freezeWatch.passBegins(now: top) { reportFreeze(frozen, to: members) }
+            let freezes = freezeWatch.freezes
+            freezesFound.withLock { $0 = freezes }
+            // A snapshot on demand after each source's pass, so that its captures never delay the pass's reading
+            // of `now`.
+            let request = snapshots.pending(after: answeredSnapshot)
+            var pass = Pass(wakeAt: top &+ Self.idleWake)
+            for member in members { step(member, pass: &pass, freezes: freezes, snapshot: request != nil) }
+            if let request {
                 answeredSnapshot = request
-                let (parts, waited) = source.snapshotParts()
-                pass.waitedOnItsOwnWork = pass.waitedOnItsOwnWork || waited
-                snapshots.contribute(ObjectIdentifier(self), generation: request, parts: parts)
+                snapshots.contribute(ObjectIdentifier(runner), generation: request, parts: pass.parts)
             }
-            if pass.watchedNothing {
+            if !pass.watchedSomething {
                 freezeWatch.skipNextWake()
-                runner.wait(until: pass.wakeAt)
-                continue
-            }
-            if let due = source.statisticsDue, now >= due { source.exportStatistics(now: now) }
-            if let due = source.statisticsDue { pass.wakeAt = min(pass.wakeAt, due) }
-            if let frozen = freezeWatch.passEnds(began: now, waitedOnItsOwnWork: pass.waitedOnItsOwnWork,
-                                                 wakeAt: pass.wakeAt) {
-                reportFreeze(frozen)
+            } else if let frozen = freezeWatch.passEnds(began: top, waitedOnItsOwnWork: pass.waitedOnItsOwnWork,
+                                                        wakeAt: pass.wakeAt) {
+                reportFreeze(frozen, to: members)
             }
             runner.wait(until: pass.wakeAt)
         }
-        source.stop(freezes: freezeWatch.freezes)
     }
 
-    private func reportFreeze(_ nanoseconds: UInt64) {
-        client.counters.freezes.wrappingAdd(1, ordering: .relaxed)
-        writer.submit(.frozen(loopName: name, nanoseconds: nanoseconds), from: client)
+    /// How long the thread sleeps when no source asks for an earlier pass.
+    private static let idleWake: UInt64 = 1_000_000_000
+
+    /// What one pass over every member gathered.
+    private struct Pass {
+        var wakeAt: UInt64
+        var waitedOnItsOwnWork = false
+        var watchedSomething = false
+        var parts: [SnapshotCoordinator.Part] = []
+    }
+
+    /// Steps `member`'s source when its pass is due (at a `now` of its own: the sources before it may have waited
+    /// for captures), exports its statistics when due, and adds its snapshot parts when one is asked for.
+    private func step(_ member: Member, pass: inout Pass, freezes: FreezeTracker, snapshot: Bool) {
+        member.step.withLock { step in
+            guard !step.removed else { return }
+            let source = member.source
+            let now = cstallmon_monotonic_ns()
+            if now >= step.nextWake {
+                let sourcePass = source.pass(now: now, freezes: freezes)
+                var wakeAt = sourcePass.wakeAt
+                if !sourcePass.watchedNothing {
+                    if let due = source.statisticsDue, now >= due { source.exportStatistics(now: now) }
+                    if let due = source.statisticsDue { wakeAt = min(wakeAt, due) }
+                }
+                step.nextWake = wakeAt
+                step.watchedNothing = sourcePass.watchedNothing
+                pass.waitedOnItsOwnWork = pass.waitedOnItsOwnWork || sourcePass.waitedOnItsOwnWork
+            }
+            if snapshot {
+                let (parts, waited) = source.snapshotParts()
+                pass.parts += parts
+                pass.waitedOnItsOwnWork = pass.waitedOnItsOwnWork || waited
+            }
+            pass.wakeAt = min(pass.wakeAt, step.nextWake)
+            pass.watchedSomething = pass.watchedSomething || !step.watchedNothing
+        }
+    }
+
+    /// One freeze of the whole process: counted by every monitor, and one `process.frozen` line per event log,
+    /// under the name of the first source that writes to it.
+    private func reportFreeze(_ nanoseconds: UInt64, to members: [Member]) {
+        var logs = Set<String>()
+        for member in members {
+            member.client.counters.freezes.wrappingAdd(1, ordering: .relaxed)
+            guard logs.insert(member.client.configuration.resolvedEventLogPath).inserted else { continue }
+            member.writer.submit(.frozen(loopName: member.name, nanoseconds: nanoseconds), from: member.client)
+        }
     }
 }
