@@ -18,7 +18,8 @@ import PackageDescription
 //   StallmonLifecycle  runs monitors as a swift-service-lifecycle Service (StallMonitorService), with or without NIO;
 //                   behind the `Lifecycle` trait (on by default, and with NIO)
 //   stallmon        the CLI (demo, report, show, tail, symbolicate, snapshot, upload): links everything
-// C targets hold what Swift cannot do or import: CStallmonLoopShims (epoll, eventfd, ppoll; the clock),
+// C targets hold what Swift cannot do or import: CStallmonMeasure (the clock and the busy-time histogram),
+// CStallmonLoopShims (epoll, eventfd, ppoll; the seccomp probe),
 // CStallmonCapture (the signal handler and libunwind capture), CStallmonSymbols (libdw symbolication),
 // CStallmonConcurrency (the global executor's hooks and per-worker probes).
 // Linux only: the capture, the loop and /proc are Linux's (see Sources/Stallmon/Monitor/Platform.swift).
@@ -53,13 +54,16 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
+        // The clock and the busy-time histogram every C target and Swift measure with (header-inlined).
+        .target(name: "CStallmonMeasure"),
         .target(
             name: "CStallmonLoopShims",
+            dependencies: ["CStallmonMeasure"],
             cSettings: [.define("_GNU_SOURCE")]
         ),
         .target(
             name: "CStallmonCapture",
-            dependencies: ["CStallmonLoopShims"],
+            dependencies: ["CStallmonMeasure", "CStallmonLoopShims"],
             exclude: ["DESIGN.md"],
             cSettings: [.define("_GNU_SOURCE")],
             linkerSettings: [.linkedLibrary("unwind")]
@@ -70,9 +74,10 @@ let package = Package(
             linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf"), .linkedLibrary("stdc++")]
         ),
         // Swift Concurrency's global executor, its jobs timed per worker (see its header for why).
-        .target(name: "CStallmonConcurrency", dependencies: ["CStallmonLoopShims"], cSettings: [.define("_GNU_SOURCE")]),
+        .target(name: "CStallmonConcurrency", dependencies: ["CStallmonMeasure", "CStallmonLoopShims"],
+                cSettings: [.define("_GNU_SOURCE")]),
         // Defines epoll_wait: timestamps around a SwiftNIO loop's selector waits (see its header for why).
-        .target(name: "CStallmonNIOHook", cSettings: [.define("_GNU_SOURCE")]),
+        .target(name: "CStallmonNIOHook", dependencies: ["CStallmonMeasure"], cSettings: [.define("_GNU_SOURCE")]),
         .target(
             name: "StallmonLoop",
             dependencies: ["CStallmonLoopShims"]

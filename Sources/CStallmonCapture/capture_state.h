@@ -153,13 +153,6 @@ int cstallmon_table_range_of(uintptr_t address, uintptr_t *low, uintptr_t *high)
 
 // MARK: - Shared helpers (async-signal-safe)
 
-// Async-signal-safe: clock_gettime is on POSIX's list.
-static inline uint64_t monotonic_ns(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
-}
-
 // Async-signal-safe: one futex syscall.
 static inline void futex_wake_all(_Atomic int32_t *word) {
     syscall(SYS_futex, (int32_t *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);

@@ -269,7 +269,7 @@ void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
     (void)info;
     const int saved_errno = errno;
     const pid_t self = (pid_t)syscall(SYS_gettid);
-    const uint64_t entered = monotonic_ns();
+    const uint64_t entered = cstallmon_clock_monotonic_ns();
     for (int index = 0; index < CSTALLMON_MAX_SLOTS; index++) {
         capture_slot *slot = cstallmon_slot_at(index);
         if (slot == NULL) break;  // blocks are mapped in order: none after this one
@@ -331,7 +331,7 @@ void sampling_handler(int signal_number, siginfo_t *info, void *ucontext) {
                 unwind_into(slot, ucontext);
             }
             slot->entered_ns = entered;
-            slot->done_ns = monotonic_ns();
+            slot->done_ns = cstallmon_clock_monotonic_ns();
             expected = SLOT_RUNNING;
             if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_DONE)) {
                 drain_abandoned(slot, SLOT_ABANDONED_RUNNING);  // the watchdog stopped waiting meanwhile

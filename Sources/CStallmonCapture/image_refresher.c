@@ -59,7 +59,7 @@ int cstallmon_table_start_refresher(void) {
 static _Atomic uint64_t g_last_refresh_request_ns;
 
 void cstallmon_table_request_refresh(int urgent) {
-    const uint64_t now = monotonic_ns();
+    const uint64_t now = cstallmon_clock_monotonic_ns();
     uint64_t last = atomic_load_explicit(&g_last_refresh_request_ns, memory_order_relaxed);
     if (!urgent && now - last < CSTALLMON_REFRESH_INTERVAL_NS) return;
     if (!atomic_compare_exchange_strong(&g_last_refresh_request_ns, &last, now)) return;  // another watchdog did

@@ -15,12 +15,6 @@ capture_state cstallmon_g_state = {.mutex = PTHREAD_MUTEX_INITIALIZER,
 
 // MARK: - Clocks, ids and status (async-signal-safe, though never called from the handler)
 
-uint64_t cstallmon_realtime_ns(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
-}
-
 int64_t cstallmon_socket_peer_uid(int fd) {
     struct ucred credentials;
     socklen_t length = sizeof credentials;
@@ -291,7 +285,7 @@ void cstallmon_capture_recording_word(int index, uintptr_t *frames, uintptr_t *f
         return;
     }
     const pid_t tid = atomic_load(&slot->tid);
-    result->signal_sent_ns = monotonic_ns();
+    result->signal_sent_ns = cstallmon_clock_monotonic_ns();
     if (syscall(SYS_tgkill, getpid(), tid, signal_number) != 0) {
         result->status = CSTALLMON_CAPTURE_SIGNAL_FAILED;
         result->error_number = errno;
@@ -303,7 +297,7 @@ void cstallmon_capture_recording_word(int index, uintptr_t *frames, uintptr_t *f
     for (;;) {
         state = atomic_load(&slot->state);
         if (state == SLOT_DONE) break;
-        const uint64_t now = monotonic_ns();
+        const uint64_t now = cstallmon_clock_monotonic_ns();
         if (now >= deadline) {
             expected = SLOT_REQUESTED;
             if (atomic_compare_exchange_strong(&slot->state, &expected, SLOT_ABANDONED)) {

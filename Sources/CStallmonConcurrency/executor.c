@@ -5,7 +5,7 @@
 
 #include "CStallmonConcurrency.h"
 #include "CStallmonLoopShims.h"
-#include "cstallmon_histogram.h"
+#include "CStallmonMeasure.h"
 #include "worker_jobs.h"
 
 #include <errno.h>
@@ -177,12 +177,6 @@ static __thread struct worker_stats *t_stats;
 static __thread unsigned t_depth;
 static worker_probe g_unwatched;
 
-static uint64_t monotonic_ns(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
-}
-
 
 // MARK: - The job clock
 
@@ -206,7 +200,7 @@ static inline __attribute__((always_inline)) uint64_t job_clock_now(void) {
 #if defined(__x86_64__)
     if (__builtin_expect(g_clock.tsc, 1)) return __rdtsc();
 #endif
-    return monotonic_ns();
+    return cstallmon_clock_monotonic_ns();
 }
 
 #if defined(__x86_64__)
@@ -215,9 +209,9 @@ static inline __attribute__((always_inline)) uint64_t job_clock_now(void) {
 static void clock_pair(uint64_t *tick, uint64_t *ns) {
     uint64_t best_spread = UINT64_MAX;
     for (int attempt = 0; attempt < 3; attempt++) {
-        uint64_t before = monotonic_ns();
+        uint64_t before = cstallmon_clock_monotonic_ns();
         uint64_t read = __rdtsc();
-        uint64_t after = monotonic_ns();
+        uint64_t after = cstallmon_clock_monotonic_ns();
         if (after - before < best_spread) {
             best_spread = after - before;
             *tick = read;
@@ -860,7 +854,7 @@ uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations) {
     _Alignas(16) uint8_t job[0x30] = {0};
     job[JOB_PRIORITY] = 0x15;
     job[JOB_FLAGS_TOP] = 0x02;
-    uint64_t start = monotonic_ns();
+    uint64_t start = cstallmon_clock_monotonic_ns();
     for (uint64_t index = 0; index < iterations; index++) {
         // As the enqueue hook and run_timed: the enqueue stamp, the TLS probe, the header read, the stamps and the
         // statistics around an empty job (not swift_task_getJobTaskId, which needs a real job).
@@ -874,7 +868,7 @@ uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations) {
         __asm__ volatile("" ::: "memory");  // the job
         job_ends(&scratch, &scratch_stats, timing);
     }
-    return monotonic_ns() - start;
+    return cstallmon_clock_monotonic_ns() - start;
 }
 
 // MARK: - Task names (the watchdog thread, at a stall's begin)

@@ -112,12 +112,6 @@ int cstallmon_eventfd_drain(int fd) {
 
 pid_t cstallmon_gettid(void) { return gettid(); }
 
-uint64_t cstallmon_monotonic_ns(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
-}
-
 int cstallmon_wait_readable(int fd, int64_t timeout_ns) {
     struct pollfd entry = {.fd = fd, .events = POLLIN};
     struct timespec timeout;

@@ -146,8 +146,7 @@ static void probe_in_child(int which) {
     unsigned char byte = 0;
     ssize_t got = -1;
     struct pollfd ready = {.fd = fds[0], .events = POLLIN};
-    struct timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    const uint64_t start = cstallmon_clock_monotonic_ns();
     for (;;) {
         int waited = poll(&ready, 1, 100);
         if (waited > 0) {
@@ -156,11 +155,7 @@ static void probe_in_child(int which) {
             break;
         }
         if (waited < 0 && errno != EINTR) break;
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        const int64_t elapsed_ns =
-            (int64_t)(now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec);
-        if (elapsed_ns >= 2000000000LL) break;
+        if (cstallmon_clock_monotonic_ns() - start >= 2000000000ULL) break;
     }
     close(fds[0]);
     int status = 0;
@@ -185,10 +180,9 @@ static void probe_in_child(int which) {
 // With the lock held. Probes `which` unless its verdict is known, or unknown and probed less than a second ago.
 static void probe_locked(int which) {
     if (atomic_load(&g_filter.verdicts[which]) != CSTALLMON_SYSCALL_UNKNOWN) return;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (now.tv_sec < g_filter.retry_at[which]) return;
-    g_filter.retry_at[which] = now.tv_sec + 1;
+    const int64_t now_s = (int64_t)(cstallmon_clock_monotonic_ns() / 1000000000ULL);
+    if (now_s < g_filter.retry_at[which]) return;
+    g_filter.retry_at[which] = now_s + 1;
     if (g_filter.seccomp_mode == 0) {
         atomic_store(&g_filter.verdicts[which], CSTALLMON_SYSCALL_ALLOWED);  // no filter: nothing to test
     } else {

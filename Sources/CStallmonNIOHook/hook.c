@@ -3,6 +3,7 @@
 #error You must define _GNU_SOURCE
 #endif
 
+#include "cstallmon_clock.h"
 #include "CStallmonNIOHook.h"
 
 #include <errno.h>
@@ -34,12 +35,6 @@ static struct {
 // The calling thread's hook, read on every epoll_wait: one TLS load when no monitor watches the thread.
 static __thread cstallmon_wait_hook *t_hook __attribute__((tls_model("initial-exec")));
 
-static inline uint64_t monotonic_ns(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
-}
-
 // Replaces glibc's epoll_wait for the whole program. Async-signal-safe as glibc's is (no locks, no allocation);
 // errno is that of the wait. A cancellation point, as epoll_pwait is.
 int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout) {
@@ -53,11 +48,11 @@ int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
         // busy throughout it, and a long one is a stall.
         return epoll_pwait(epfd, events, maxevents, timeout, NULL);
     }
-    hook->before(hook->context, monotonic_ns());
+    hook->before(hook->context, cstallmon_clock_monotonic_ns());
     atomic_fetch_add_explicit(&hook->waits, 1, memory_order_relaxed);
     int result = epoll_pwait(epfd, events, maxevents, timeout, NULL);
     int saved = errno;
-    hook->after(hook->context, monotonic_ns());
+    hook->after(hook->context, cstallmon_clock_monotonic_ns());
     errno = saved;
     return result;
 }
@@ -73,7 +68,7 @@ static void thread_exits(void *value) {
     cstallmon_wait_hook *hook = value;
     if (hook == NULL) return;
     if (t_hook == hook) t_hook = NULL;
-    if (atomic_load_explicit(&hook->enabled, memory_order_relaxed)) hook->before(hook->context, monotonic_ns());
+    if (atomic_load_explicit(&hook->enabled, memory_order_relaxed)) hook->before(hook->context, cstallmon_clock_monotonic_ns());
     drop_reference(hook);
 }
 

@@ -19,7 +19,6 @@ struct NIOEventLoops {
     func run(_ results: Results) throws {
         try throughput(results)
         try detection(results)
-        try manyLoops(results)
     }
 
     // MARK: wrk
@@ -153,11 +152,11 @@ struct NIOEventLoops {
 
     /// 16 event loops and the pool monitored in one process (issue 42): detection on a loop picked in turn, the
     /// process's CPU while idle beside the same group unmonitored, and the watchdog threads that take it.
-    private func manyLoops(_ results: Results) throws {
+    func manyLoops(_ results: Results) throws {
         let loops = 16
         let count = quick ? 64 : 160
         let threshold = DetectionQuality.thresholdMs
-        print("\n7c. \(loops) NIO loops and the pool in one process: \(count) injected stalls, each on the next loop, "
+        print("\n7c (section loops). \(loops) NIO loops and the pool in one process: \(count) injected stalls, each on the next loop, "
             + "threshold \(Int(threshold)) ms; idle CPU beside the same group unmonitored")
         var generator = SplitMix(seed: 0x16_10)
         let durations = (0..<count).map { index -> Double in

@@ -38,8 +38,8 @@ struct Run: ParsableCommand {
     @Option(help: "Where to write the figures as JSON.")
     var output = "bench-results.json"
 
-    @Option(help: "Sections to run: loop, capture, detection, reports, upload, memory, nio, async.")
-    var sections = "loop,capture,detection,reports,upload,memory,nio,async"
+    @Option(help: "Sections to run: loop, capture, detection, reports, upload, memory, nio, loops, async.")
+    var sections = "loop,capture,detection,reports,upload,memory,nio,loops,async"
 
     @Option(help: "Report counts for `stallmon report` scale.")
     var reportScale = "1000,10000,100000"
@@ -90,6 +90,9 @@ struct Run: ParsableCommand {
         }
         if chosen.contains("memory") { try MemoryFootprint(scratch: scratch, logger: logger).run(results) }
         if chosen.contains("nio") { try NIOEventLoops(quick: quick, scratch: scratch, logger: logger).run(results) }
+        if chosen.contains("loops") {
+            try NIOEventLoops(quick: quick, scratch: scratch, logger: logger).manyLoops(results)
+        }
         if chosen.contains("async") { try AsyncJobs(quick: quick, scratch: scratch).run(results) }
 
         struct Document: Encodable {

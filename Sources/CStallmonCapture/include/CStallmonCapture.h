@@ -14,6 +14,7 @@
 // All state lives in static storage: no handler can ever point at freed memory, whatever the Swift side does.
 // Each function says whether it is async-signal-safe.
 
+#include "CStallmonMeasure.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -207,11 +208,8 @@ int cstallmon_thread_blocks_signal(pid_t tid, int signal_number);
 /// (one system call).
 int cstallmon_read_own_memory(uintptr_t address, void *buffer, size_t length);
 
-// The caller's thread id and CLOCK_MONOTONIC are CStallmonLoopShims' `cstallmon_gettid` and
-// `cstallmon_monotonic_ns`, exported once for every module.
-
-/// CLOCK_REALTIME in nanoseconds since the Unix epoch. Async-signal-safe.
-uint64_t cstallmon_realtime_ns(void);
+// The caller's thread id is CStallmonLoopShims' `cstallmon_gettid`; the clocks are CStallmonMeasure's
+// `cstallmon_monotonic_ns` and `cstallmon_realtime_ns` (re-exported here), one definition for every module.
 
 /// One loaded ELF image (the executable, a shared library, the vDSO).
 typedef struct {

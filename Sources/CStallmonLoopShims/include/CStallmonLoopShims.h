@@ -2,12 +2,13 @@
 #define C_STALLMON_LOOP_SHIMS_H
 
 // Syscalls the run loop needs that Swift's Glibc module does not export (sys/epoll.h, sys/eventfd.h are not in
-// its module map), plus gettid and a CLOCK_MONOTONIC read that Swift can inline as a plain call.
+// its module map), plus gettid.
 // None of these are called from a signal handler; async-signal-safety is noted anyway for callers who might.
 
 #include <stdint.h>
 #include <sys/types.h>
-#include "cstallmon_histogram.h"
+// The clock and the histogram (CStallmonMeasure), re-exported: a Swift module that imports the shims reads the clock.
+#include "CStallmonMeasure.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,10 +69,6 @@ void cstallmon_set_thread_name(const char *name);
 
 /// The kernel thread id of the caller: the one every stallmon module uses. Async-signal-safe.
 pid_t cstallmon_gettid(void);
-
-/// CLOCK_MONOTONIC in nanoseconds (vDSO, no syscall): the one clock every stallmon module reads from Swift (the
-/// signal handler's own reads in CStallmonCapture are of the same clock). Async-signal-safe.
-uint64_t cstallmon_monotonic_ns(void);
 
 /// The loop running on the calling thread (an opaque, unretained `Looper`), or NULL. A `__thread` variable, which
 /// Swift cannot declare. Async-signal-safe (a thread-local read or write).
