@@ -76,6 +76,8 @@ let package = Package(
         // Swift Concurrency's global executor, its jobs timed per worker (see its header for why).
         .target(name: "CStallmonConcurrency", dependencies: ["CStallmonMeasure", "CStallmonLoopShims"],
                 cSettings: [.define("_GNU_SOURCE")]),
+        // What only the tests and the bench call of CStallmonConcurrency (declarations; defined there).
+        .target(name: "CStallmonConcurrencyTesting", dependencies: ["CStallmonConcurrency"]),
         // Defines epoll_wait: timestamps around a SwiftNIO loop's selector waits (see its header for why).
         .target(name: "CStallmonNIOHook", dependencies: ["CStallmonMeasure"], cSettings: [.define("_GNU_SOURCE")]),
         .target(
@@ -155,7 +157,7 @@ let package = Package(
             name: "stallmon-bench",
             dependencies: [
                 "Stallmon", "StallmonLoop", "StallmonReport", "StallmonUpload", "StallmonNIO", "CStallmonCapture",
-                "CStallmonConcurrency", "CStallmonLoopShims",
+                "CStallmonConcurrency", "CStallmonConcurrencyTesting", "CStallmonLoopShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -168,6 +170,7 @@ let package = Package(
         .executableTarget(
             name: "stallmon-async-fixture",
             dependencies: ["Stallmon", "StallmonLoop", "StallmonNIO", "CStallmonCapture", "CStallmonConcurrency",
+                           "CStallmonConcurrencyTesting",
                            "CStallmonLoopShims", .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "Instrumentation", package: "swift-distributed-tracing")],
@@ -178,7 +181,8 @@ let package = Package(
         .testTarget(
             name: "StallmonTests",
             dependencies: [
-                "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonCapture", "CStallmonConcurrency", "CStallmonLoopShims",
+                "Stallmon", "StallmonLoop", "StallmonReport", "CStallmonCapture", "CStallmonConcurrency",
+                "CStallmonConcurrencyTesting", "CStallmonLoopShims",
                 "StallmonUpload",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),

@@ -97,8 +97,6 @@ _Static_assert(sizeof(void *) == 8, "the job header offsets below are those of 6
 #define PRIORITY_COUNT 0x22
 // In a probe's job attributes: the job runs on the main actor (the main queue), not the global executor.
 #define JOB_ON_MAIN_ACTOR (1u << 16)
-// In a probe's job attributes: the job is a task created with a name (see the probe's `job`).
-#define JOB_NAMED_TASK (1u << 17)
 
 // MARK: - State
 
@@ -157,7 +155,6 @@ static struct {
     _Atomic int sampling_signal;
     // The long-job threshold in job-clock ticks (see "The job clock").
     _Atomic uint64_t threshold_ticks;
-    _Atomic uint64_t unwatched_workers;
     _Atomic uint64_t jobs_of_exited_workers;
     // 1: every job's queue delay and run time are counted (the enqueue stamp, the histograms); 0: only what stall
     // detection needs (the begin and end stamps).
@@ -355,9 +352,7 @@ static worker_probe *register_worker(void) {
             break;
         }
     }
-    if (claimed == &g_unwatched) {
-        atomic_fetch_add_explicit(&g_state.unwatched_workers, 1, memory_order_relaxed);
-    } else {
+    if (claimed != &g_unwatched) {
         // A new thread in the probe: its count starts again (the old thread's jobs were added up at its exit). Its
         // statistics go on from the previous thread's: they are cumulative per probe, read as differences.
         if (atomic_load_explicit(&claimed->stats, memory_order_relaxed) == NULL) {
@@ -383,7 +378,6 @@ static worker_probe *register_worker(void) {
             // Without the exit destructor the probe would outlive its thread: give it back, run unwatched.
             atomic_store_explicit(&claimed->tid, 0, memory_order_relaxed);
             atomic_store_explicit(&claimed->state, PROBE_FREE, memory_order_release);
-            atomic_fetch_add_explicit(&g_state.unwatched_workers, 1, memory_order_relaxed);
             claimed = &g_unwatched;
         }
     }
@@ -738,7 +732,7 @@ static void set_threshold_ticks(void) {
                           memory_order_relaxed);
 }
 
-int cstallmon_concurrency_installed(void) {
+static int concurrency_installed(void) {
     return atomic_load_explicit(&g_state.installed, memory_order_acquire);
 }
 
@@ -846,7 +840,7 @@ uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations) {
     static worker_probe scratch;
     static struct worker_stats scratch_stats;
     job_clock_set_up();
-    if (!cstallmon_concurrency_installed()) {  // as an installed monitor would have it: 100 ms
+    if (!concurrency_installed()) {  // as an installed monitor would have it: 100 ms
         atomic_store_explicit(&g_threshold_ns, 100000000, memory_order_relaxed);
         set_threshold_ticks();
     }
@@ -871,63 +865,7 @@ uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations) {
     return cstallmon_clock_monotonic_ns() - start;
 }
 
-// MARK: - Task names (the watchdog thread, at a stall's begin)
-
-// Where the runtime keeps the name of a task created with `Task(name:)` (Swift 6.2+: `AsyncTask::pushInitialTaskName`
-// copies it into the task's allocator and links a TaskNameStatusRecord into the task's status records). Offsets of
-// Swift 6.3 on 64-bit Linux, found by looking at real tasks; nothing in them is a promise of the runtime, so they are
-// used only after `cstallmon_concurrency_check_task_names` saw them give the name `Task.name` gives, and every read
-// goes through process_vm_readv, which fails instead of faulting if a pointer is stale.
-#define TASK_INNERMOST_STATUS_RECORD 0x68  // ActiveTaskStatus.Record, in the task's private storage
-#define STATUS_RECORD_PARENT 0x08          // TaskStatusRecord: Flags (kind in the low byte), Parent
-#define TASK_NAME_RECORD_NAME 0x10         // TaskNameStatusRecord: the name, a C string
-#define STATUS_RECORD_KIND_TASK_NAME 6
-#define MAX_STATUS_RECORDS_WALKED 32
-
-// 0: not checked yet; 1: the layout gave the right name; -1: it did not (names are never read).
-static _Atomic int g_task_name_layout;
-
-// Copies the C string at `address` (at most capacity - 1 bytes) page by page, so a string ending just before an
-// unmapped page is still read. Returns its length, or -1 if unreadable or longer than the buffer.
-static ssize_t read_own_string(uintptr_t address, char *out, size_t capacity) {
-    const size_t page = 4096;
-    size_t copied = 0;
-    while (copied + 1 < capacity) {
-        uintptr_t at = address + copied;
-        size_t chunk = page - (at % page);
-        if (chunk > capacity - 1 - copied) chunk = capacity - 1 - copied;
-        if (!read_own(at, out + copied, chunk)) return -1;
-        void *end = memchr(out + copied, 0, chunk);
-        if (end != NULL) return (char *)end - out;
-        copied += chunk;
-    }
-    return -1;
-}
-
-static ssize_t read_task_name(uintptr_t task, char *out, size_t capacity) {
-    uintptr_t record = 0;
-    if (!read_own(task + TASK_INNERMOST_STATUS_RECORD, &record, sizeof record)) return -1;
-    for (int hop = 0; hop < MAX_STATUS_RECORDS_WALKED && record != 0; hop++) {
-        uintptr_t fields[3];
-        if (!read_own(record, fields, sizeof fields)) return -1;
-        if ((fields[0] & 0xFF) == STATUS_RECORD_KIND_TASK_NAME) {
-            // The name's record is the task's first, so the outermost: anything else is not a name record (a record
-            // popped and reused while this walked).
-            if (fields[STATUS_RECORD_PARENT / sizeof(uintptr_t)] != 0) return -1;
-            return read_own_string(fields[TASK_NAME_RECORD_NAME / sizeof(uintptr_t)], out, capacity);
-        }
-        record = fields[STATUS_RECORD_PARENT / sizeof(uintptr_t)];
-    }
-    return -1;
-}
-
-int cstallmon_concurrency_check_task_names(uintptr_t current_task, const char *expected) {
-    char name[256];
-    ssize_t length = read_task_name(current_task, name, sizeof name);
-    int verdict = length >= 0 && strcmp(name, expected) == 0 ? 1 : -1;
-    atomic_store_explicit(&g_task_name_layout, verdict, memory_order_release);
-    return verdict;
-}
+// MARK: - The running job (the watchdog thread; async-signal-safe)
 
 bool cstallmon_worker_job(int index, uint64_t sequence, uintptr_t *job, uint32_t *attributes) {
     if (index < 0 || index >= CSTALLMON_MAX_WORKERS || (sequence & 1) == 0) return false;
@@ -961,17 +899,6 @@ bool cstallmon_worker_still_runs(int index, uint64_t sequence) {
     return atomic_load_explicit(&g_state.probes[index].sequence, memory_order_relaxed) == sequence;
 }
 
-ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size_t capacity) {
-    if (capacity == 0) return -1;
-    if (atomic_load_explicit(&g_task_name_layout, memory_order_acquire) != 1) return -1;
-    uintptr_t task;
-    uint32_t attributes;
-    if (!cstallmon_worker_job(index, sequence, &task, &attributes) || (attributes & JOB_NAMED_TASK) == 0) return -1;
-    ssize_t length = read_task_name(task, out, capacity);
-    // Still the same job after the reads: the task was alive throughout, so what was read is its name.
-    return cstallmon_worker_still_runs(index, sequence) ? length : -1;
-}
-
 // MARK: - The canary (the watchdog thread sends it; a worker runs it)
 
 // A job-sized work item on the medium-priority queue, sent by the watchdog only while every worker it knows of is
@@ -990,7 +917,7 @@ static void cstallmon_canary_run(void *context) {
 }
 
 int cstallmon_concurrency_send_canary(void) {
-    if (!cstallmon_concurrency_installed()) return 0;
+    if (!concurrency_installed()) return 0;
     int expected = 0;
     if (!atomic_compare_exchange_strong_explicit(&g_canary.outstanding, &expected, 1, memory_order_acq_rel,
                                                  memory_order_acquire)) {
@@ -1039,10 +966,6 @@ int cstallmon_pool_stats(int pool, cstallmon_pool_totals *out, uint64_t *run_buc
         out->long_delays += __atomic_load_n(&counts->long_delays, __ATOMIC_RELAXED);
     }
     return 1;
-}
-
-uint64_t cstallmon_concurrency_unwatched_workers(void) {
-    return atomic_load_explicit(&g_state.unwatched_workers, memory_order_relaxed);
 }
 
 uint64_t cstallmon_concurrency_jobs(void) {

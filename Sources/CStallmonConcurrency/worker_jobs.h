@@ -1,9 +1,12 @@
-// Internal to CStallmonConcurrency: what the watchdog-side readers (task names in executor.c, await chains in
-// await_chain.c) share. Not part of the module's public header.
+// Internal to CStallmonConcurrency: what the watchdog-side readers (task names in task_names.c, await chains in
+// await_chain.c) share with the executor. Not part of the module's public header.
 #ifndef CSTALLMON_WORKER_JOBS_H
 #define CSTALLMON_WORKER_JOBS_H
 
 #include <CStallmonLoopShims.h>
+
+// In a probe's job attributes: the job is a task created with a name (see the probe's `job`).
+#define JOB_NAMED_TASK (1u << 17)
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,6 +53,15 @@ bool cstallmon_task_has_job_id(uintptr_t task, uint32_t job_id) __attribute__((v
 /// The id of the task `job` is (`swift_task_getJobTaskId`, a runtime call). For a job the caller knows to be alive;
 /// not for a signal handler.
 uint64_t cstallmon_job_task_id(uintptr_t job) __attribute__((visibility("hidden")));
+
+/// The await chain of `task`, which the caller knows to be running; what the worker and loop readers build on (also
+/// exported for the benchmark: CStallmonConcurrencyTesting). NOT async-signal-safe.
+int cstallmon_task_await_chain(uintptr_t task, uintptr_t job_context, uintptr_t job_frame_pointer, uintptr_t *out,
+                               uint32_t capacity, uint32_t *truncated);
+
+/// The install's compare-and-swaps on three variables the caller names (exported for the tests:
+/// CStallmonConcurrencyTesting). Async-signal-safe.
+int cstallmon_concurrency_swap_hooks(void **global, void **delay, void **deadline, unsigned *ever_set);
 
 /// Whether `address` (a return address) lies in one of the executor's job runners, which call swift_job_run.
 /// Async-signal-safe.

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CStallmonConcurrency
+import CStallmonConcurrencyTesting
 import CStallmonLoopShims
 import Foundation
 import Instrumentation

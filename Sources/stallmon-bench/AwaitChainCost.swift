@@ -1,6 +1,7 @@
 import ArgumentParser
 import CStallmonCapture
 import CStallmonConcurrency
+import CStallmonConcurrencyTesting
 import CStallmonLoopShims
 import Foundation
 import Stallmon

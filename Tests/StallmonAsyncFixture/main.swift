@@ -6,6 +6,7 @@
 // Each line it prints on stdout is `measured NAME MILLISECONDS TID` (what a stalling job measured around its own
 // stall) or `error MESSAGE`. Exit status: 0 done, 3 the monitor could not be created (message on stderr).
 import CStallmonConcurrency
+import CStallmonConcurrencyTesting
 import CStallmonLoopShims
 import Foundation
 import Glibc

@@ -31,8 +31,7 @@
 extern "C" {
 #endif
 
-/// How many workers can be watched at once (probes are preallocated; a worker beyond this runs its jobs unwatched
-/// and is counted in `cstallmon_concurrency_unwatched_workers`).
+/// How many workers can be watched at once (probes are preallocated; a worker beyond this runs its jobs unwatched).
 #define CSTALLMON_MAX_WORKERS 256
 
 /// Outcome of `cstallmon_concurrency_install`.
@@ -55,7 +54,10 @@ typedef enum {
 /// mutex). NOT async-signal-safe (a mutex, a pthread key, the job clock's calibration).
 cstallmon_concurrency_install_result cstallmon_concurrency_install(int sampling_signal, uint64_t threshold_ns);
 
-/// Outcome of `cstallmon_concurrency_swap_hooks`.
+/// Whether this target's hooks are installed. Async-signal-safe.
+int cstallmon_concurrency_installed(void);
+
+/// Outcome of the install's compare-and-swaps (`cstallmon_concurrency_swap_hooks`, CStallmonConcurrencyTesting).
 typedef enum {
     /// All three hooks were set.
     CSTALLMON_HOOKS_SET = 0,
@@ -65,15 +67,6 @@ typedef enum {
     /// meanwhile still run through this target).
     CSTALLMON_HOOKS_ROLLED_BACK = 2,
 } cstallmon_hooks_outcome;
-
-/// The install's compare-and-swaps, in its order, on three variables the caller names (the install passes the
-/// runtime's; a test passes its own, where the hooks written are never called). `ever_set`, if not NULL, receives a
-/// bit for each variable this call set at some point, even if it was put back: 1 global, 2 delay, 4 deadline.
-/// Returns a `cstallmon_hooks_outcome`. Async-signal-safe (compare-and-swaps only).
-int cstallmon_concurrency_swap_hooks(void **global, void **delay, void **deadline, unsigned *ever_set);
-
-/// Whether this target's hooks are installed. Async-signal-safe.
-int cstallmon_concurrency_installed(void);
 
 /// One look at a worker's probe, consistent (a seqlock read).
 typedef struct {
@@ -156,14 +149,11 @@ ssize_t cstallmon_worker_task_name(int index, uint64_t sequence, char *out, size
 /// capture found running and its job id (its recorded words): for a task's job, that task must be the job's, and
 /// still have that id after the reads (a task freed in its last job may be reused before the probe records the
 /// job's end); for an actor's drain job (no task of its own), the drain must still run that task, of that id (and
-/// the drain check have passed). For the watchdog thread; NOT async-signal-safe.
+/// the drain check have passed). For the watchdog thread; NOT async-signal-safe. (For a task the caller knows to be
+/// running, the benchmark's case, see CStallmonConcurrencyTesting.)
 int cstallmon_worker_await_chain(int index, uint64_t sequence, uintptr_t job_context, uintptr_t job_frame_pointer,
                                  uintptr_t drained_task, uint32_t drained_job_id, uintptr_t *out, uint32_t capacity,
                                  uint32_t *truncated);
-
-/// The same for `task`, which the caller knows to be running (the benchmark): no probe. NOT async-signal-safe.
-int cstallmon_task_await_chain(uintptr_t task, uintptr_t job_context, uintptr_t job_frame_pointer, uintptr_t *out,
-                               uint32_t capacity, uint32_t *truncated);
 
 /// Once the layout check passed (returns true): where an async job's first frame is, for
 /// `cstallmon_set_async_job_frames`: the executor's job runners' code and the return address of the runtime's call
@@ -369,12 +359,6 @@ uint64_t cstallmon_concurrency_unwatched_workers(void);
 
 /// Jobs timed so far by the hooks, over all workers (relaxed; for tests and statistics). Async-signal-safe.
 uint64_t cstallmon_concurrency_jobs(void);
-
-/// For the benchmark: runs what the hooks add per job (the enqueue stamp; the probe's stamps and stores; the run
-/// time and queue delay counted) `iterations` times around an empty job, on a scratch probe and scratch statistics;
-/// returns the nanoseconds it took. Not what
-/// `swift_task_getJobTaskId` costs (it needs a real job). NOT async-signal-safe (it is timing code, not for handlers).
-uint64_t cstallmon_concurrency_measure_stamps(uint64_t iterations);
 
 /// Whether every job's queue delay and run time are counted (the pool statistics: the enqueue stamp and the
 /// histograms), 1 by default; with 0 the workers stamp only a job's begin and end, which stall and starvation

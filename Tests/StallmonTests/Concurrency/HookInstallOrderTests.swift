@@ -1,4 +1,5 @@
 import CStallmonConcurrency
+import CStallmonConcurrencyTesting
 import Testing
 
 /// The install's compare-and-swaps on variables of the test's own (the runtime's are process-wide): a refused global

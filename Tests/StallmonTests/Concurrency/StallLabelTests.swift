@@ -1,4 +1,5 @@
 import CStallmonConcurrency
+import CStallmonConcurrencyTesting
 import Instrumentation
 import Testing
 
