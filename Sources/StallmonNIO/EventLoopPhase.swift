@@ -1,4 +1,5 @@
 #if NIO
+import Stallmon
 import StallmonReport
 
 /// Which phase of a SwiftNIO event loop's tick a stall's hottest stack ran in, read from the stack itself, so no
@@ -9,6 +10,13 @@ import StallmonReport
 enum EventLoopPhase {
     static let io = "io"
     static let tasks = "tasks"
+
+    /// An event loop's section of its stalls' reports: the phase.
+    struct Section: StallSection {
+        func write(into report: inout StallReport, builder: ReportBuilder) {
+            report.phase = EventLoopPhase.of(report)
+        }
+    }
 
     static func of(_ report: StallReport) -> String? {
         let indices = report.hottestStack?.frames

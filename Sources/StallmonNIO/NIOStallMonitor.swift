@@ -81,7 +81,7 @@ public final class NIOStallMonitor: Sendable {
             for (loop, tid) in zip(loops, threadIDs) {
                 let name = Self.uniqueName(Self.loopName(of: loop, tid: tid), among: &names, tid: tid)
                 let watch = try LoopWatch(name: name, configuration: configuration, logger: logger, sinks: sinks,
-                                          phaseOfReport: EventLoopPhase.of)
+                                          sections: [EventLoopPhase.Section()])
                 made.append(try EventLoopWatch(loop: loop, watch: watch))
             }
             let watchesByLoop = made

@@ -4,7 +4,7 @@ import StallmonReport
 
 /// Turns a snapshot into a `StallReport`: symbolicates each distinct address once, dedupes frames, picks the top
 /// in-app frame. Runs on the writer thread (or in tests).
-struct ReportBuilder {
+package struct ReportBuilder {
     let symbolicator: Symbolicator
     let process: StallReport.ProcessDescription
 

@@ -19,11 +19,11 @@ package final class LoopWatch: Sendable {
     /// Validates `configuration`, takes the sampling signal and joins the pipeline of its report directory.
     /// `currentLabel` is read by the watchdog (the loop's label of the work in progress, 0 for none), and so is
     /// `currentMode` (the run-loop mode of the iteration in progress, nil for loops without modes);
-    /// `phaseOfReport` names the phase of a finished report (nil: reports have none).
+    /// `sections` are what the loop's kind adds to each of its stalls' reports (StallmonNIO: the tick's phase).
     package init(name: String, configuration: StallMonitorConfiguration, logger: Logger,
                  sinks: [any StallReportSink], currentLabel: @escaping @Sendable () -> UInt32 = { 0 },
                  currentMode: @escaping @Sendable () -> String? = { nil },
-                 phaseOfReport: (@Sendable (StallReport) -> String?)? = nil) throws(StallMonitorError) {
+                 sections: [any StallSection] = []) throws(StallMonitorError) {
         let probe = LoopProbe(thresholdNanoseconds: UInt64(configuration.threshold.nanosecondsClamped))
         let binding = ThreadBinding()
         let annotations = IterationAnnotations()
@@ -31,9 +31,10 @@ package final class LoopWatch: Sendable {
         self.binding = binding
         self.annotations = annotations
         core = try MonitorCore(name: name, configuration: configuration, logger: logger, sinks: sinks,
-                               phaseOfReport: phaseOfReport) { collaborators in
+                               ) { collaborators in
             LoopThreadSource(probe: probe, binding: binding, loopName: name, currentLabel: currentLabel,
-                             currentMode: currentMode, annotations: annotations, collaborators: collaborators)
+                             currentMode: currentMode, sections: sections, annotations: annotations,
+                             collaborators: collaborators)
         }
     }
 

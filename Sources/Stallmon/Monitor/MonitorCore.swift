@@ -24,11 +24,9 @@ package final class MonitorCore: Sendable {
     private let feedsSystemd = Atomic<Bool>(false)
 
     /// Validates `configuration`, takes the sampling signal, holds the process's watchdog, joins the pipeline of
-    /// its report directory and makes the source `makeSource` builds. `phaseOfReport` names the phase of a finished
-    /// report (nil: reports have none). Nothing that can fail comes after the pipeline is joined: a monitor that
-    /// throws never leaves a pipeline that another monitor uses.
+    /// its report directory and makes the source `makeSource` builds. Nothing that can fail comes after the pipeline
+    /// is joined: a monitor that throws never leaves a pipeline that another monitor uses.
     init(name: String, configuration: StallMonitorConfiguration, logger: Logger, sinks: [any StallReportSink],
-         phaseOfReport: (@Sendable (StallReport) -> String?)? = nil,
          makeSource: (StallTracker.Collaborators) -> any ProbeSource) throws(StallMonitorError) {
         try Self.check(configuration, sinks: sinks)
         let signalNumber: Int32
@@ -54,7 +52,7 @@ package final class MonitorCore: Sendable {
         self.configuration = configuration
         self.signalNumber = signalNumber
         client = ReportClient(configuration: configuration, logger: logger, counters: counters, loopName: name,
-                              sinks: sinks, phaseOfReport: phaseOfReport)
+                              sinks: sinks)
         do {
             pipeline = try ReportPipeline.join(client)
         } catch {

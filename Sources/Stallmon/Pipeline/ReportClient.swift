@@ -10,18 +10,15 @@ final class ReportClient: Sendable {
     let logger: Logger
     let counters: MonitorCounters
     let sinks: [any StallReportSink]
-    /// Names the loop phase a finished report's stack ran in (StallmonNIO: `io` / `tasks`); nil for a `Looper`.
-    let phaseOfReport: (@Sendable (StallReport) -> String?)?
     let written: Counter
     let dropped: Counter
 
     init(configuration: StallMonitorConfiguration, logger: Logger, counters: MonitorCounters, loopName: String,
-         sinks: [any StallReportSink], phaseOfReport: (@Sendable (StallReport) -> String?)? = nil) {
+         sinks: [any StallReportSink]) {
         self.configuration = configuration
         self.logger = logger
         self.counters = counters
         self.sinks = sinks
-        self.phaseOfReport = phaseOfReport
         written = Counter(label: "stallmon_reports_written_total", dimensions: [("loop", loopName)])
         dropped = Counter(label: "stallmon_reports_dropped_total", dimensions: [("loop", loopName)])
     }

@@ -16,6 +16,8 @@ final class LoopThreadSource: ProbeSource {
     private let currentLabel: @Sendable () -> UInt32
     /// The run-loop mode the loop runs in now (a `Looper`'s), nil for loops without modes.
     private let currentMode: @Sendable () -> String?
+    /// What this kind of loop adds to each stall's report (StallmonNIO: the tick's phase).
+    private let sections: [any StallSection]
     private let configuration: StallMonitorConfiguration
     private let writer: ReportWriter
     private let client: ReportClient
@@ -31,13 +33,15 @@ final class LoopThreadSource: ProbeSource {
     private let idlePoll: UInt64
 
     init(probe: LoopProbe, binding: ThreadBinding, loopName: String, currentLabel: @escaping @Sendable () -> UInt32,
-         currentMode: @escaping @Sendable () -> String?, annotations: IterationAnnotations,
+         currentMode: @escaping @Sendable () -> String?, sections: [any StallSection],
+         annotations: IterationAnnotations,
          collaborators: StallTracker.Collaborators) {
         self.probe = probe
         self.binding = binding
         self.loopName = loopName
         self.currentLabel = currentLabel
         self.currentMode = currentMode
+        self.sections = sections
         client = collaborators.client
         writer = collaborators.writer
         configuration = client.configuration
@@ -74,7 +78,7 @@ final class LoopThreadSource: ProbeSource {
                 { [loopThread] in Self.capture(with: capturer, labelID: $0, probe: probe, loopThread: loopThread) }
             },
             longIterationRecord: { probe.longIterationRecord($0) }, currentLabel: currentLabel,
-            currentMode: currentMode)
+            currentMode: currentMode, describe: { [sections] in $0.sections += sections })
         let tracked = tracker.step(probe.read(), now: now, target: target, freezes: freezes)
         return ProbePass(wakeAt: tracked.wakeAt, waitedOnItsOwnWork: tracked.waitedOnItsOwnWork)
     }

@@ -216,7 +216,7 @@ final class StarvationWatch {
         snapshot.job = first?.job
         snapshot.taskLabel = first?.taskLabel
         snapshot.threadClass = verdict == "blocked" ? .blocked : .cpu
-        snapshot.starvation = starvation
+        snapshot.sections.append(StarvationSection(starvation: starvation))
         return snapshot
     }
 

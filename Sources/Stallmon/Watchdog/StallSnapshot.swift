@@ -2,6 +2,9 @@ import StallmonReport
 
 /// What the watchdog knows of a stall, handed to the writer thread: raw samples, no names yet.
 struct StallSnapshot: Sendable {
+    /// The family of its event lines (`stall`, or a section's: `starvation`).
+    var eventFamily: String { sections.lazy.compactMap(\.eventFamily).first ?? "stall" }
+
     var id: String
     var loopName: String
     var threadID: Int32
@@ -29,8 +32,9 @@ struct StallSnapshot: Sendable {
     var job: StallReport.Job? = nil
     /// The label of an async job's task (`StallLabel`, with the request's trace ids), instead of a `Looper` label.
     var taskLabel: TaskLabel? = nil
-    /// For a starved pool's report (then `samples` are every culprit's).
-    var starvation: StarvationSnapshot? = nil
+    /// What the source alone knows, written by its own code (`StallSection`): a loop's phase, a starved pool's
+    /// culprits (then `samples` are every culprit's).
+    var sections: [any StallSection] = []
     /// What was done once the stall passed a hang limit (the report's `hang`). Part of the stall, not of one message:
     /// every ongoing report written after it (an interim, the one written at stop) replaces the hang's report on
     /// disk and must still say so. The final report has none (it replaces the hang's, as the README says).
