@@ -28,35 +28,16 @@ final class ReportWriter: Sendable {
         case poolStats(PoolStatsReporter.Window)
     }
 
-    /// Room for a burst from many loops at once (16 loops × begin, interim and finish, with margin).
-    static let queueLimit = 1024
-
     let directory: String
-    private let queue = Mutex<Queue>(Queue())
-    private let wakeSignal = WakeSignal()
-    /// Signalled whenever the writer finished a batch, for `flush()`.
-    private let progress = MonotonicCondition()
-    /// Messages written so far (read under `progress`).
-    nonisolated(unsafe) private var processed: UInt64 = 0
-    /// The same count, for a watchdog that asks without waiting (`hasHandled`).
-    private let handled = Atomic<UInt64>(0)
+    private let queue = WriterQueue()
     /// Why this thread's wake-up signal could not be created (the monitor then refuses to start).
-    var setupError: FileError? { wakeSignal.creationError }
+    var setupError: FileError? { queue.setupError }
     private let thread = Mutex<PosixThread?>(nil)
     /// Symbolicators this writer created: one per distinct set of in-app rules among its monitors.
     let symbolicatorsCreated = Atomic<Int>(0)
     /// What the writer keeps for stalls until their final reports (paths and rate-limit decisions), after its latest
     /// batch (tests read it).
     let entriesKeptForStalls = Atomic<Int>(0)
-
-    private struct Queue {
-        var messages: [(Message, ReportClient)] = []
-        var stopping = false
-        var accepted: UInt64 = 0
-        /// Stalls whose `.finish` the full queue refused: the writer forgets what it kept for them (their rate-limit
-        /// decision, their report's path), which only the finish would have cleared. Bounded like the queue.
-        var abandoned: [String] = []
-    }
 
     init(directory: String) {
         self.directory = directory
@@ -77,8 +58,7 @@ final class ReportWriter: Sendable {
     /// (in `flock` on an event log another process holds, a hung `fsync`, a sink), and then left to finish on its own.
     @discardableResult
     func stop(timeout: Duration) -> Bool {
-        queue.withLock { $0.stopping = true }
-        wakeSignal.wake()
+        queue.stop()
         let running = thread.withLock { thread in
             defer { thread = nil }
             return thread
@@ -90,19 +70,8 @@ final class ReportWriter: Sendable {
     /// passed: how many of those messages were not handled yet (0: all written).
     @discardableResult
     func flush(timeout: Duration) -> UInt64 {
-        let target = queue.withLock { $0.accepted }
         guard thread.withLock({ $0 != nil }) else { return 0 }
-        wakeSignal.wake()
-        let deadline = cstallmon_monotonic_ns() &+ UInt64(clamping: max(0, timeout.nanosecondsClamped))
-        progress.lock()
-        defer { progress.unlock() }
-        while processed < target {
-            if !progress.wait(until: min(deadline, cstallmon_monotonic_ns() + 1_000_000_000)) {
-                if thread.withLock({ $0 == nil }) { return 0 }
-                if cstallmon_monotonic_ns() >= deadline { return target - processed }
-            }
-        }
-        return 0
+        return queue.waitUntilHandled(timeout: timeout) { self.thread.withLock { $0 != nil } }
     }
 
     /// Queues a message from `client`'s watchdog; never blocks. Returns false (and counts a drop) when the queue is
@@ -116,20 +85,10 @@ final class ReportWriter: Sendable {
     /// `hasHandled`: a watchdog that must act once a report is durable asks at its later passes instead of waiting.
     @discardableResult
     func submitTracked(_ message: Message, from client: ReportClient) -> UInt64? {
-        let ticket = queue.withLock { state -> UInt64? in
-            guard state.messages.count < Self.queueLimit, !state.stopping else { return nil }
-            state.messages.append((message, client))
-            state.accepted += 1
-            return state.accepted
-        }
-        if ticket != nil {
-            wakeSignal.wake()
-        } else if case .finish(let snapshot) = message {
+        let ticket = queue.submit(message, from: client)
+        if ticket == nil, case .finish = message {
             client.counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
             client.dropped.increment()
-            queue.withLock { state in
-                if state.abandoned.count < Self.queueLimit { state.abandoned.append(snapshot.id) }
-            }
         }
         return ticket
     }
@@ -137,7 +96,7 @@ final class ReportWriter: Sendable {
     /// Whether the message `submitTracked` placed at `ticket` has been handled (its report and line written and,
     /// for a hang, made durable), or no writer thread runs to handle it. Never blocks.
     func hasHandled(_ ticket: UInt64) -> Bool {
-        handled.load(ordering: .acquiring) >= ticket || thread.withLock { $0 == nil }
+        queue.hasHandled(ticket) || thread.withLock { $0 == nil }
     }
 
     // MARK: - Writer thread
@@ -149,62 +108,17 @@ final class ReportWriter: Sendable {
         state.files.applyRetention(for: firstClient)
         while true {
             // Reports a sink refused are offered again every second while there are any.
-            wakeSignal.wait(until: state.delivery.isEmpty ? nil : cstallmon_monotonic_ns() + 1_000_000_000)
-            let (batch, abandoned, stopping) = queue.withLock { state in
-                defer {
-                    state.messages.removeAll(keepingCapacity: true)
-                    state.abandoned.removeAll()
-                }
-                return (state.messages, state.abandoned, state.stopping)
-            }
+            let (batch, abandoned, stopping) = queue.take(
+                waitingUntil: state.delivery.isEmpty ? nil : cstallmon_monotonic_ns() + 1_000_000_000)
             for (message, client) in batch { handle(message, client: client, state: &state) }
             for id in abandoned { state.forget(stall: id) }
             entriesKeptForStalls.store(state.files.paths.count + state.admission.pendingCount, ordering: .relaxed)
             if !state.delivery.isEmpty { state.delivery.offerRefusedAgain() }
-            progress.lock()
-            processed += UInt64(batch.count)
-            handled.store(processed, ordering: .releasing)
-            progress.broadcast()
-            progress.unlock()
-            if stopping && queue.withLock({ $0.messages.isEmpty }) {
+            queue.handled(batch.count)
+            if stopping && queue.isEmpty {
                 if !state.delivery.isEmpty { state.delivery.offerRefusedAgain() }  // a last offer
                 return
             }
-        }
-    }
-
-    /// Writer-thread-only state.
-    private struct WriterState {
-        /// One writer per event-log file.
-        var eventLogs: [String: EventLog] = [:]
-        /// One report builder (and symbolicator) per set of in-app rules; almost always exactly one.
-        var builders: [InAppRules: ReportBuilder] = [:]
-        /// Reports handed to the sinks, and those a sink refused until it takes them.
-        var delivery = SinkDelivery()
-        var files: ReportFiles
-        /// The rate limit, asked once per stall.
-        var admission = StallAdmission()
-
-        /// What was kept for stall `id` until its final report, which will not come (refused by a full queue).
-        mutating func forget(stall id: String) {
-            files.paths[id] = nil
-            admission.forget(id)
-        }
-
-        mutating func reportBuilder(for rules: InAppRules) -> ReportBuilder {
-            if let builder = builders[rules] { return builder }
-            let made = ReportBuilder(symbolicator: Symbolicator(inAppRules: rules))
-            builders[rules] = made
-            return made
-        }
-
-        mutating func eventLog(for configuration: StallMonitorConfiguration) -> EventLog {
-            let path = configuration.resolvedEventLogPath
-            if let log = eventLogs[path] { return log }
-            let made = EventLog(path: path, maxBytes: configuration.eventLogMaxBytes,
-                                maxFiles: configuration.eventLogMaxFiles)
-            eventLogs[path] = made
-            return made
         }
     }
 

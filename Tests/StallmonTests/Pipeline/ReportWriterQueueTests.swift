@@ -22,7 +22,7 @@ struct ReportWriterQueueTests {
         // Not started yet: the queue fills. First the stall's interim, then the rest of the queue, then its final.
         let writer = ReportWriter(directory: directory)
         #expect(writer.submit(.interim(Self.snapshot("kept")), from: client))
-        for index in 1..<ReportWriter.queueLimit {
+        for index in 1..<WriterQueue.limit {
             #expect(writer.submit(.interim(Self.snapshot("other-\(index)")), from: client))
         }
         #expect(!writer.submit(.finish(Self.snapshot("kept")), from: client), "refused: the queue is full")
@@ -30,7 +30,7 @@ struct ReportWriterQueueTests {
         writer.start(firstClient: client)
         defer { writer.stop(timeout: .seconds(10)) }
         #expect(writer.flush(timeout: .seconds(60)) == 0)
-        for index in 1..<ReportWriter.queueLimit {
+        for index in 1..<WriterQueue.limit {
             #expect(writer.submit(.finish(Self.snapshot("other-\(index)")), from: client))
             if index % 500 == 0 { #expect(writer.flush(timeout: .seconds(60)) == 0) }
         }
