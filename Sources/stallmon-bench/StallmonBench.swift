@@ -572,9 +572,9 @@ struct WaitResolutionCost {
             var run: (walls: [Double], pauses: [Double], frames: Int) = ([], [], 0)
             var statuses: [String: Int] = [:]
             for _ in 0..<(rounds / 4) {
-                var scratch = DescriptorResolver()
+                var scratch = ThreadSampler()
                 let start = nowNanoseconds()
-                let sample = sampler.sample(holderTid.load(ordering: .acquiring), descriptors: &scratch)
+                let sample = sampler.sample(holderTid.load(ordering: .acquiring), sampler: &scratch)
                 let wall = Double(nowNanoseconds() - start) / 1e3
                 statuses[sample.status?.rawValue ?? "not signalled", default: 0] += 1
                 guard sample.status == .ok else { continue }

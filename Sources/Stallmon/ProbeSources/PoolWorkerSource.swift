@@ -131,18 +131,14 @@ final class PoolWorkerSource: ProbeSource {
                                                 busySince: reading.jobSince)
             part.job = reading.job
             part.taskLabel = reading.label
-            if cstallmon_worker_pin(reading.index, reading.generation) == 1 {
-                var capturer = lender.borrow(for: reading.tid)
+            if let sample = ThreadSampler.capturePinned(reading, lender: lender) {
                 // A stack taken once the job was over is another job's: the entry then has none.
-                let sample = capturer?.capture(labelID: 0, jobOf: reading)
-                part.sample = sample?.afterJobEnded == true ? nil : sample
+                part.sample = sample.afterJobEnded ? nil : sample
                 if reading.isDrain, let sample = part.sample, sample.status == .ok {
                     // A drain job moves from task to task: the entry's label is that of the task its stack was
                     // taken in, or none when that can no longer be told.
                     part.taskLabel = reading.drainedLabel(of: sample)
                 }
-                lender.giveBack(&capturer)
-                cstallmon_worker_unpin(reading.index)
             }
             parts.append(part)
         }

@@ -54,13 +54,14 @@ final class StarvationWatch {
     private var decision: StarvationDecision
     /// The starvation in progress, as its report will tell it.
     private var episode: Episode?
-    private var descriptors = DescriptorResolver()
+    private var sampler: ThreadSampler
 
     init(poolName: String, client: ReportClient, writer: ReportWriter, lender: SlotLender) {
         self.poolName = poolName
         self.client = client
         self.writer = writer
         self.lender = lender
+        sampler = ThreadSampler(counters: client.counters)
         let configuration = client.configuration
         threshold = UInt64(configuration.threshold.nanosecondsClamped)
         sampleInterval = UInt64(configuration.sampleInterval.nanosecondsClamped)
@@ -135,7 +136,7 @@ final class StarvationWatch {
                     baseline: ThreadStats.read(tid: worker.tid), baselineAt: now)
         }
         culprits.sort { $0.since < $1.since }
-        descriptors = DescriptorResolver()
+        sampler.forgetDescriptors()
         for position in culprits.indices {
             culprits[position].samples.append(sample(culprits[position].worker))
         }
@@ -230,23 +231,16 @@ final class StarvationWatch {
     /// One sample of a culprit: what it is blocked in (before the signal), then its stack, pinned so its thread
     /// cannot exit meanwhile.
     private func sample(_ worker: WorkerReading) -> RawSample {
-        let (state, _, wait) = WaitTarget.current(of: worker.tid, descriptors: &descriptors)
-        var result: RawSample
-        if cstallmon_worker_pin(worker.index, worker.generation) == 1 {
-            defer { cstallmon_worker_unpin(worker.index) }
-            var capturer = lender.borrow(for: worker.tid)
-            result = capturer?.capture(labelID: 0, jobOf: worker) ?? .failed(.notReady, labelID: 0)
+        let lender = lender
+        return sampler.sample(worker.tid) { _, _ in
+            guard var result = ThreadSampler.capturePinned(worker, lender: lender) else {
+                return .failed(.signalFailed, labelID: 0)
+            }
             // A culprit is its worker over the whole saturation: the jobs that followed its first are what a busy
             // pool's workers ran, evidence for the verdict (its `job` and `label` stay the first job's).
             result.afterJobEnded = false
-            lender.giveBack(&capturer)
-        } else {
-            result = .failed(.signalFailed, labelID: 0)
+            return result
         }
-        result.threadState = state
-        result.wait = wait
-        if result.status == .ok { client.counters.samplesCaptured.wrappingAdd(1, ordering: .relaxed) }
-        return result
     }
 
     private static func wall(of monotonic: UInt64, now: UInt64) -> UInt64 {

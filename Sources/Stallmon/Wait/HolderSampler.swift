@@ -44,9 +44,10 @@ package final class HolderSampler {
     }
 
     /// Looks at holder `tid` once: its state, its own wait, and its stack when it may be signalled.
-    package func sample(_ tid: Int32, descriptors: inout DescriptorResolver) -> HolderSample {
-        let (state, call, wait) = WaitTarget.current(of: tid, descriptors: &descriptors)
-        var sample = HolderSample(tid: tid, state: state, waiting: wait?.summary)
+    package func sample(_ tid: Int32, sampler: inout ThreadSampler) -> HolderSample {
+        let look = sampler.look(at: tid)
+        let (state, call) = (look.state, look.call)
+        var sample = HolderSample(tid: tid, state: state, waiting: look.wait?.summary)
         // Asleep in a call it could not be told from (nil: /proc could not say): not signalled.
         let signallable = state == "R" || (state == "S" && call?.restartsAfterSignal == true)
         if stacks && signallable, let capturer = capturer(for: tid) {

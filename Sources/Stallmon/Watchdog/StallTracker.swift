@@ -92,7 +92,7 @@ final class StallTracker {
     private var detector: StallDetector
     private var current: Current?
     private var baseline: Baseline?
-    private var descriptors = DescriptorResolver()
+    private var sampler: ThreadSampler
     private let holders: HolderSampler
     private var warnedAboutBlockedSignal = false
     private var warnedAboutReplacedHandler = false
@@ -108,6 +108,7 @@ final class StallTracker {
         self.annotations = annotations
         let configuration = client.configuration
         detector = StallDetector(configuration: Self.detectorConfiguration(configuration))
+        sampler = ThreadSampler(counters: client.counters)
         // A holder's capture waits at most 20 ms: the thread's own sample comes after it, and must not be held up by
         // a holder that is slow to take the signal (a late handler drains its slot as usual).
         holders = HolderSampler(maxFrames: configuration.maxFrames,
@@ -200,7 +201,7 @@ final class StallTracker {
         snapshot.annotations = annotations?.values(for: iteration) ?? [:]
         snapshot.mode = target.currentMode()
         target.describe(&snapshot)
-        descriptors = DescriptorResolver()
+        sampler.forgetDescriptors()
         holders.endStall()
         if let capture = target.capture { snapshot.samples.append(takeSample(capture, target: target)) }
         current = Current(snapshot: snapshot, lastSeenBusy: now,
@@ -409,21 +410,18 @@ final class StallTracker {
 
     private func takeSample(_ capture: (UInt32) -> RawSample, target: Target) -> RawSample {
         let tid = target.tid
-        // Before the signal: in the handler the thread is always R, and no longer in its system call.
-        let (state, call, wait) = WaitTarget.current(of: tid, descriptors: &descriptors)
-        if (state == "S" || state == "D") && call == nil { Self.reportProcDenied(tid: tid, logger: client.logger) }
-        // The holder before the thread's own capture: the thread still waits, so the lock is still held.
-        let holder = wait?.holderThread.map { holders.sample($0, descriptors: &descriptors) }
-        var sample = capture(target.currentLabel())
-        sample.threadState = state
-        sample.wait = wait
-        sample.holder = holder
-        switch sample.status {
-        case .ok: client.counters.samplesCaptured.wrappingAdd(1, ordering: .relaxed)
-        case .timedOut, .pending: client.counters.captureTimeouts.wrappingAdd(1, ordering: .relaxed)
-        default: break
+        let logger = client.logger
+        let holders = holders
+        return sampler.sample(tid) { look, sampler in
+            if (look.state == "S" || look.state == "D") && look.call == nil {
+                Self.reportProcDenied(tid: tid, logger: logger)
+            }
+            // The holder before the thread's own capture: the thread still waits, so the lock is still held.
+            let holder = look.wait?.holderThread.map { holders.sample($0, sampler: &sampler) }
+            var sample = capture(target.currentLabel())
+            sample.holder = holder
+            return sample
         }
-        return sample
     }
 
     private static let warnedAboutProc = Atomic<Bool>(false)

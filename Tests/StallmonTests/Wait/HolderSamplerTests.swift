@@ -57,8 +57,8 @@ struct HolderSamplerTests {
         let holder = BusyThread { stallmonTestHolderSpin($0) }
         let tid = holder.tid.load(ordering: .acquiring)
         let sampler = HolderSampler(maxFrames: 64, timeout: .milliseconds(200), stacks: true)
-        var descriptors = DescriptorResolver()
-        let sample = sampler.sample(tid, descriptors: &descriptors)
+        var looks = ThreadSampler()
+        let sample = sampler.sample(tid, sampler: &looks)
         #expect(sample.state == "R")
         #expect(sample.status == .ok)
         #expect(!sample.frames.isEmpty)
@@ -69,7 +69,7 @@ struct HolderSamplerTests {
         #expect(symbols.contains { $0.contains("stallmonTestHolderSpin") }, "\(symbols)")
         let borrowed = sampler.borrowedSlots
         #expect(borrowed.count == 1)
-        #expect(sampler.sample(tid, descriptors: &descriptors).status == .ok)
+        #expect(sampler.sample(tid, sampler: &looks).status == .ok)
         #expect(sampler.borrowedSlots == borrowed, "one slot per holder per stall")
         sampler.endStall()
         #expect(sampler.borrowedSlots.isEmpty)
@@ -89,9 +89,9 @@ struct HolderSamplerTests {
         let tid = holder.tid.load(ordering: .acquiring)
         #expect(eventually { ThreadStats.state(tid: tid) == "S" })
         let sampler = HolderSampler(maxFrames: 64, timeout: .milliseconds(200), stacks: true)
-        var descriptors = DescriptorResolver()
+        var looks = ThreadSampler()
         for _ in 0..<5 {
-            let sample = sampler.sample(tid, descriptors: &descriptors)
+            let sample = sampler.sample(tid, sampler: &looks)
             guard sample.state == "S" else { continue }
             #expect(sample.status == nil, "signalled a thread asleep in a call the signal would cut short")
             #expect(sample.waiting?.hasSuffix("nanosleep") == true, "\(String(describing: sample.waiting))")
@@ -124,9 +124,9 @@ struct HolderSamplerTests {
         let call = try #require(SystemCall.current(tid: tid))
         #expect(!call.restartsAfterSignal, "\(call.name) on a socket with SO_RCVTIMEO is not restarted")
         let sampler = HolderSampler(maxFrames: 64, timeout: .milliseconds(200), stacks: true)
-        var descriptors = DescriptorResolver()
+        var looks = ThreadSampler()
         for _ in 0..<5 {
-            let sample = sampler.sample(tid, descriptors: &descriptors)
+            let sample = sampler.sample(tid, sampler: &looks)
             guard sample.state == "S" else { continue }
             #expect(sample.status == nil, "signalled a thread whose recv the signal would cut short")
             usleep(10_000)
@@ -145,8 +145,8 @@ struct HolderSamplerTests {
         let parked = ParkedThread(blocking: number)
         let tid = parked.tid.load(ordering: .acquiring)
         let sampler = HolderSampler(maxFrames: 64, timeout: .milliseconds(20), stacks: true)
-        var descriptors = DescriptorResolver()
-        let sample = sampler.sample(tid, descriptors: &descriptors)
+        var looks = ThreadSampler()
+        let sample = sampler.sample(tid, sampler: &looks)
         #expect(sample.status == nil)
         #expect(sample.state == "S")
         #expect(sample.waiting?.contains("owner unknown") == true, "\(String(describing: sample.waiting))")
@@ -165,8 +165,8 @@ struct HolderSamplerTests {
         holder.exited.wait()
         #expect(eventually { ThreadStats.state(tid: tid) == nil })
         let sampler = HolderSampler(maxFrames: 64, timeout: .milliseconds(50), stacks: true)
-        var descriptors = DescriptorResolver()
-        let sample = sampler.sample(tid, descriptors: &descriptors)
+        var looks = ThreadSampler()
+        let sample = sampler.sample(tid, sampler: &looks)
         #expect(sample.state == nil)
         #expect(sample.status == nil)
         sampler.endStall()
@@ -177,8 +177,8 @@ struct HolderSamplerTests {
         defer { cstallmon_release() }
         let holder = BusyThread { stallmonTestHolderSpin($0) }
         let sampler = HolderSampler(maxFrames: 64, timeout: .milliseconds(200), stacks: false)
-        var descriptors = DescriptorResolver()
-        let sample = sampler.sample(holder.tid.load(ordering: .acquiring), descriptors: &descriptors)
+        var looks = ThreadSampler()
+        let sample = sampler.sample(holder.tid.load(ordering: .acquiring), sampler: &looks)
         #expect(sample.state == "R")
         #expect(sample.status == nil)
         holder.finish()
