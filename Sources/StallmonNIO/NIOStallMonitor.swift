@@ -34,7 +34,7 @@ public final class NIOStallMonitor: Sendable {
     /// The validated configuration in effect.
     public let configuration: StallMonitorConfiguration
 
-    private let watches: [EventLoopWatch]
+    private let watches: [EventLoopHook]
     private let state = Mutex<(started: Bool, stopped: Bool)>((false, false))
 
     /// Loops some monitor watches, so a second monitor of the same group is refused rather than stealing the hook.
@@ -71,18 +71,18 @@ public final class NIOStallMonitor: Sendable {
             throw StallMonitorError(description: "this event loop group is already monitored by another "
                 + "NIOStallMonitor; stop that one first")
         }
-        var made: [EventLoopWatch] = []
+        var made: [EventLoopHook] = []
         do throws(StallMonitorError) {
-            try LoopWatch.check(configuration, sinks: sinks)
+            try LoopThreadMonitor.check(configuration, sinks: sinks)
             let threadIDs = try Self.onEachLoop(loops, deadline: setUpDeadline, timeout: setUpTimeout) { _ in
                 cstallmon_gettid()
             }
             var names = Set<String>()
             for (loop, tid) in zip(loops, threadIDs) {
                 let name = Self.uniqueName(Self.loopName(of: loop, tid: tid), among: &names, tid: tid)
-                let watch = try LoopWatch(name: name, configuration: configuration, logger: logger, sinks: sinks,
+                let watch = try LoopThreadMonitor(name: name, configuration: configuration, logger: logger, sinks: sinks,
                                           sections: [EventLoopPhase.Section()])
-                made.append(try EventLoopWatch(loop: loop, watch: watch))
+                made.append(try EventLoopHook(loop: loop, watch: watch))
             }
             let watchesByLoop = made
             if let first = loops.first, let pause = Self.willInstallHooks.withLock({ $0[ObjectIdentifier(first)] }) {

@@ -108,7 +108,7 @@ struct StallAggregationTests {
             RawSample(capturedAt: time, status: .ok, frames: unknown, truncated: false, pauseNanoseconds: 1000,
                       labelID: 0)
         }
-        let snapshot = StallSnapshot(id: "x", loopName: "main", threadID: 1, thresholdNanoseconds: 50_000_000,
+        let snapshot = StallEvidence(id: "x", loopName: "main", threadID: 1, thresholdNanoseconds: 50_000_000,
                                      since: 1_000_000_000, sinceWall: 1_700_000_000_000_000_000,
                                      durationNanoseconds: 200_000_000, durationExact: true, ongoing: false,
                                      elapsedAtDetection: 50_000_000, labelID: 0,

@@ -39,7 +39,7 @@ struct TestLibrary {
 
     /// The report of one sample of `frames` (the interrupted address, then return addresses), as the monitor builds it.
     static func oneSampleReport(_ frames: [UInt], symbolicator: Symbolicator) -> StallReport {
-        let snapshot = StallSnapshot(
+        let snapshot = StallEvidence(
             id: "test-library", loopName: "main", threadID: 1, thresholdNanoseconds: 1, since: 0, sinceWall: 0,
             durationNanoseconds: 1, durationExact: true, ongoing: false, elapsedAtDetection: 0, labelID: 0,
             samples: [RawSample(capturedAt: 1, status: .ok, frames: frames, truncated: false, pauseNanoseconds: 1,

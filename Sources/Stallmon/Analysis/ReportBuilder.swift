@@ -16,7 +16,7 @@ package struct ReportBuilder {
                                                  hostname: ReportBuilder.hostname())
     }
 
-    func build(_ snapshot: StallSnapshot) -> StallReport {
+    func build(_ snapshot: StallEvidence) -> StallReport {
         var table = FrameTable(symbolicator: symbolicator)
         let sampled = Self.samples(of: snapshot, table: &table)
         let analysis = StallAggregation.analyze(frames: table.frames, samples: sampled.samples)
@@ -44,7 +44,7 @@ package struct ReportBuilder {
     /// The report's samples, built from the snapshot's raw ones; what each waited on (nil when it counts for
     /// nothing: taken after the iteration's end); the innermost in-app frame seen most often, for a report whose
     /// samples have no hottest stack.
-    private static func samples(of snapshot: StallSnapshot, table: inout FrameTable)
+    private static func samples(of snapshot: StallEvidence, table: inout FrameTable)
         -> (samples: [StallReport.Sample], waits: [WaitTarget?], mostFrequentTop: StallReport.FrameSummary?) {
         var samples: [StallReport.Sample] = []
         var waits: [WaitTarget?] = []
@@ -138,7 +138,7 @@ package struct ReportBuilder {
 
     /// The handler ran after the iteration had ended by the loop's own clock (same CLOCK_MONOTONIC): the loop was
     /// already back in its wait when the signal arrived.
-    static func capturedAfterEnd(_ sample: RawSample, _ snapshot: StallSnapshot) -> Bool {
+    static func capturedAfterEnd(_ sample: RawSample, _ snapshot: StallEvidence) -> Bool {
         if sample.afterJobEnded { return true }
         guard snapshot.durationExact, !snapshot.ongoing else { return false }
         let end = snapshot.since &+ snapshot.durationNanoseconds &+ snapshot.frozenNanoseconds

@@ -2,7 +2,7 @@ import CStallmonConcurrency
 import StallmonReport
 
 /// How the watchdog samples a thread, one way for every kind of look: a stalled loop thread or worker
-/// (`StallTracker`), a starved pool's culprit (`StarvationWatch`), a snapshot's busy worker (`PoolWorkerSource`) and a
+/// (`StallTracker`), a starved pool's culprit (`StarvationTracker`), a snapshot's busy worker (`PoolWorkerSource`) and a
 /// lock's holder (`HolderSampler`). What the thread waits on is read first, before the signal (in the handler it is
 /// always running, out of its system call); then its stack is taken with the caller's capture (its own slot, or a
 /// slot borrowed for a pool worker pinned meanwhile); then the two are put together and the outcome counted. Owned

@@ -29,7 +29,7 @@ public final class LooperStallMonitor: Sendable {
     /// The validated configuration in effect.
     public let configuration: StallMonitorConfiguration
 
-    private let watch: LoopWatch
+    private let watch: LoopThreadMonitor
     /// Where written reports go next (StallmonUpload's `UploadSink`, or your own).
     public let sinks: [any StallReportSink]
     private let attached = Atomic<Bool>(false)
@@ -42,7 +42,7 @@ public final class LooperStallMonitor: Sendable {
     public init(loop: Looper, configuration: StallMonitorConfiguration = StallMonitorConfiguration(),
                 logger: Logger = Logger(label: "stallmon"),
                 sinks: [any StallReportSink] = []) throws(StallMonitorError) {
-        watch = try LoopWatch(name: loop.name, configuration: configuration, logger: logger, sinks: sinks,
+        watch = try LoopThreadMonitor(name: loop.name, configuration: configuration, logger: logger, sinks: sinks,
                               currentLabel: { loop.currentLabel.id }, currentMode: { loop.currentMode?.name })
         self.sinks = sinks
         self.loop = loop
@@ -89,7 +89,3 @@ public final class LooperStallMonitor: Sendable {
         watch.statistics
     }
 }
-
-/// The `Looper`'s monitor under its former, generic name.
-@available(*, deprecated, renamed: "LooperStallMonitor")
-public typealias StallMonitor = LooperStallMonitor

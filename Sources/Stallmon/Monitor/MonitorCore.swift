@@ -7,7 +7,7 @@ import Synchronization
 /// What every monitor is, whatever it watches: the sampling signal it holds, its place in the shared
 /// `ReportPipeline` of its report directory, its `ProbeSource` as a member of the process's one watchdog
 /// (`Watchdog.process`), its counters, and its life (start once, stop once, systemd's watchdog fed in between). A
-/// loop's monitor (`LoopWatch`) gives it a loop thread's source; the global executor's (`ConcurrencyStallMonitor`)
+/// loop's monitor (`LoopThreadMonitor`) gives it a loop thread's source; the global executor's (`ConcurrencyStallMonitor`)
 /// the pool workers' source.
 package final class MonitorCore: Sendable {
     let name: String
@@ -15,7 +15,7 @@ package final class MonitorCore: Sendable {
     /// The sampling signal this monitor holds.
     let signalNumber: Int32
     let counters = MonitorCounters()
-    private let client: ReportClient
+    private let client: PipelineMember
     private let pipeline: ReportPipeline
     private let watchdog = Watchdog.process
     private let member: Watchdog.Member
@@ -51,7 +51,7 @@ package final class MonitorCore: Sendable {
         self.name = name
         self.configuration = configuration
         self.signalNumber = signalNumber
-        client = ReportClient(configuration: configuration, logger: logger, counters: counters, loopName: name,
+        client = PipelineMember(configuration: configuration, logger: logger, counters: counters, loopName: name,
                               sinks: sinks)
         do {
             pipeline = try ReportPipeline.join(client)
@@ -112,7 +112,7 @@ package final class MonitorCore: Sendable {
         beforeWatching()
         pipeline.startSinks(of: client)
         pipeline.startControlSocket(for: client)
-        feedsSystemd.store(SystemdNotifier.shared.retain(configuration, logger: client.logger), ordering: .relaxed)
+        feedsSystemd.store(watchdog.systemd.retain(configuration, logger: client.logger), ordering: .relaxed)
         if !watchdog.add(member) {
             client.logger.error("stallmon: cannot start the watchdog thread; stalls will not be detected",
                                 metadata: ["loop": "\(name)"])
@@ -132,7 +132,7 @@ package final class MonitorCore: Sendable {
         }
         guard let started else { return }
         watchdog.remove(member)
-        if feedsSystemd.exchange(false, ordering: .relaxed) { SystemdNotifier.shared.release() }
+        if feedsSystemd.exchange(false, ordering: .relaxed) { watchdog.systemd.release() }
         pipeline.leave(client, sinksStarted: started, sinkDeadline: .seconds(2))
         releaseThreads()
         watchdog.release()

@@ -6,7 +6,7 @@ import StallmonReport
 enum EventLines {
     /// The line of a stall's `step` (`begin`, `interim`, `hang`, `end`), in the stall's family: `stall.begin`, or a
     /// section's (`starvation.begin`).
-    static func stall(_ step: String, _ snapshot: StallSnapshot) -> StallEvent {
+    static func stall(_ step: String, _ snapshot: StallEvidence) -> StallEvent {
         var event = StallEvent(time: WallClock.iso8601(nanoseconds: WallClock.nowNanoseconds()),
                                event: "\(snapshot.eventFamily).\(step)")
         event.id = snapshot.id
@@ -22,7 +22,7 @@ enum EventLines {
     }
 
     /// The event line of a report written while its stall goes on (`interim`, `hang`).
-    static func ongoing(_ step: String, _ snapshot: StallSnapshot, _ report: StallReport,
+    static func ongoing(_ step: String, _ snapshot: StallEvidence, _ report: StallReport,
                         path: String?) -> StallEvent {
         var event = stall(step, snapshot)
         event.durationMs = report.durationMs

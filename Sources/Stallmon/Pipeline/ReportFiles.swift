@@ -18,7 +18,7 @@ struct ReportFiles {
 
     /// Writes the report (an interim one and its final replacement share a path). Returns the path, or nil after
     /// logging the failure once per change of state.
-    mutating func write(_ report: StallReport, client: ReportClient, delivery: inout SinkDelivery,
+    mutating func write(_ report: StallReport, client: PipelineMember, delivery: inout SinkDelivery,
                         toSinks: Bool = true, log: (StallEvent) -> Void) -> String? {
         let path = paths[report.id] ?? path(for: report)
         do {
@@ -63,7 +63,7 @@ struct ReportFiles {
 
     /// Removes the oldest reports beyond `client`'s retention limits (never one still queued for upload); counts
     /// them and logs once per pass that removed any.
-    func applyRetention(for client: ReportClient) {
+    func applyRetention(for client: PipelineMember) {
         let limits = client.retentionLimits
         let remove = ReportRetention.entriesToRemove(ReportRetention.list(directory), limits: limits,
                                                      now: WallClock.nowNanoseconds())

@@ -34,7 +34,7 @@ final class ReportPipeline: Sendable {
 
     /// The pipeline for `client`'s report directory, started if this is its first member. Throws when a new
     /// pipeline's writer cannot get its wake-up eventfd.
-    static func join(_ client: ReportClient) throws(FileError) -> ReportPipeline {
+    static func join(_ client: PipelineMember) throws(FileError) -> ReportPipeline {
         let key = normalized(client.configuration.reportDirectory)
         let result: Result<ReportPipeline, FileError> = registry.withLock { registry in
             if let existing = registry[key] {
@@ -60,7 +60,7 @@ final class ReportPipeline: Sendable {
     static let writerTimeout: Duration = .seconds(5)
 
     /// Starts those of `client`'s sinks that no other member started yet.
-    func startSinks(of client: ReportClient) {
+    func startSinks(of client: PipelineMember) {
         let toStart = members.withLock { members in
             client.sinks.filter { sink in
                 guard let key = Self.identity(of: sink) else { return true }
@@ -73,7 +73,7 @@ final class ReportPipeline: Sendable {
 
     /// Opens the control socket for `client`'s report directory (which exists by now), unless one is open or its
     /// configuration turned it off.
-    func startControlSocket(for client: ReportClient) {
+    func startControlSocket(for client: PipelineMember) {
         guard client.configuration.controlSocket else { return }
         control.withLock { control in
             guard control == nil else { return }
@@ -90,7 +90,7 @@ final class ReportPipeline: Sendable {
     /// snapshot's collection is under way) and at most 100 ms more for the join when that stop left less than that
     /// of the 5 s; then up to `sinkDeadline` for each sink only this member used. With one report directory and no
     /// sink of its own: 5.1 s.
-    func leave(_ client: ReportClient, sinksStarted: Bool, sinkDeadline: Duration) {
+    func leave(_ client: PipelineMember, sinksStarted: Bool, sinkDeadline: Duration) {
         let started = ContinuousClock.now
         let unwritten = writer.flush(timeout: Self.writerTimeout)
         if unwritten > 0 {

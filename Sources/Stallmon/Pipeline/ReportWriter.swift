@@ -11,12 +11,12 @@ import Synchronization
 /// is full the report is dropped and counted rather than delaying detection.
 final class ReportWriter: Sendable {
     enum Message: Sendable {
-        case begin(StallSnapshot)
-        case interim(StallSnapshot)
-        case finish(StallSnapshot)
+        case begin(StallEvidence)
+        case interim(StallEvidence)
+        case finish(StallEvidence)
         /// A stall past a hang limit, about to be acted on (`action`: `abort`, `watchdog`): written whatever the rate
         /// limit says, with a `stall.hang` event line; the final report (if the stall ever ends) replaces it.
-        case hang(StallSnapshot, action: String, afterMs: Double)
+        case hang(StallEvidence, action: String, afterMs: Double)
         /// A snapshot on demand (`SnapshotCoordinator`'s parts): written as `snapshot-….json` (`kind: snapshot`),
         /// never handed to sinks; `reply` gets its path or why it was not written.
         case snapshot([SnapshotCoordinator.Part], missing: Int, reply: SnapshotReply)
@@ -45,7 +45,7 @@ final class ReportWriter: Sendable {
 
     /// Starts the writer thread, which first sweeps abandoned temporary files and applies `firstClient`'s retention
     /// limits to what earlier runs left, so a service that never stalls still keeps its directory within them.
-    func start(firstClient: ReportClient) {
+    func start(firstClient: PipelineMember) {
         let started = PosixThread.start(name: "stallmon-writer") { [self] in run(firstClient: firstClient) }
         if started == nil {
             firstClient.logger.error("stallmon: cannot start the report writer thread; reports will be dropped")
@@ -77,14 +77,14 @@ final class ReportWriter: Sendable {
     /// Queues a message from `client`'s watchdog; never blocks. Returns false (and counts a drop) when the queue is
     /// full.
     @discardableResult
-    func submit(_ message: Message, from client: ReportClient) -> Bool {
+    func submit(_ message: Message, from client: PipelineMember) -> Bool {
         submitTracked(message, from: client) != nil
     }
 
     /// Queues a message as `submit` does, and returns its place in the queue's order (nil when refused), for
     /// `hasHandled`: a watchdog that must act once a report is durable asks at its later passes instead of waiting.
     @discardableResult
-    func submitTracked(_ message: Message, from client: ReportClient) -> UInt64? {
+    func submitTracked(_ message: Message, from client: PipelineMember) -> UInt64? {
         let ticket = queue.submit(message, from: client)
         if ticket == nil, case .finish = message {
             client.counters.reportsDropped.wrappingAdd(1, ordering: .relaxed)
@@ -101,7 +101,7 @@ final class ReportWriter: Sendable {
 
     // MARK: - Writer thread
 
-    private func run(firstClient: ReportClient) {
+    private func run(firstClient: PipelineMember) {
         var state = WriterState(files: ReportFiles(directory: directory))
         // Temporary files of writes a killed process never finished are not reports.
         AtomicFile.removeAbandonedTemporaryFiles(in: directory)
@@ -122,7 +122,7 @@ final class ReportWriter: Sendable {
         }
     }
 
-    private func handle(_ message: Message, client: ReportClient, state: inout WriterState) {
+    private func handle(_ message: Message, client: PipelineMember, state: inout WriterState) {
         switch message {
         case .begin(let snapshot): logBegin(snapshot, client: client, state: &state)
         case .interim(let snapshot): writeInterim(snapshot, client: client, state: &state)
@@ -142,7 +142,7 @@ final class ReportWriter: Sendable {
     // MARK: - One method per message
 
     /// A stall began: a `stall.begin` line (its report comes with its interim or its end).
-    private func logBegin(_ snapshot: StallSnapshot, client: ReportClient, state: inout WriterState) {
+    private func logBegin(_ snapshot: StallEvidence, client: PipelineMember, state: inout WriterState) {
         let report = build(snapshot, client: client, state: &state)
         var event = EventLines.stall("begin", snapshot)
         event.elapsedMs = Double(snapshot.elapsedAtDetection) / 1e6
@@ -151,7 +151,7 @@ final class ReportWriter: Sendable {
     }
 
     /// A stall still going after `interim_after_ms`: its report so far, unless the rate limit suppresses the stall.
-    private func writeInterim(_ snapshot: StallSnapshot, client: ReportClient, state: inout WriterState) {
+    private func writeInterim(_ snapshot: StallEvidence, client: PipelineMember, state: inout WriterState) {
         var report = build(snapshot, client: client, state: &state)
         let decision = state.admission.interim(
             snapshot.id, signature: report.signature, alreadyPublished: state.files.paths[snapshot.id] != nil,
@@ -168,13 +168,13 @@ final class ReportWriter: Sendable {
 
     /// A stall past a hang limit: its report (always: the evidence of a hang; its final, if the stall ever ends,
     /// follows it) and a `stall.hang` line made durable, for the process may end right after it.
-    private func writeHang(_ snapshot: StallSnapshot, action: String, afterMs: Double, client: ReportClient,
+    private func writeHang(_ snapshot: StallEvidence, action: String, afterMs: Double, client: PipelineMember,
                            state: inout WriterState) {
         var report = build(snapshot, client: client, state: &state)
         report.hang = StallReport.Hang(action: action, afterMs: afterMs)
         let decision = state.admission.hang(snapshot.id)
         if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
-        HangRegistry.shared.noteTopFrame(id: snapshot.id, topFrame: report.topFrame?.displayName)
+        Watchdog.process.hangs.noteTopFrame(id: snapshot.id, topFrame: report.topFrame?.displayName)
         let path = write(report, client: client, state: &state)
         if path != nil { client.counters.interimReportsWritten.wrappingAdd(1, ordering: .relaxed) }
         var event = EventLines.ongoing("hang", snapshot, report, path: path)
@@ -187,7 +187,7 @@ final class ReportWriter: Sendable {
 
     /// A snapshot on demand: its report (never offered to the sinks) and a `snapshot` line; the asker is answered.
     private func writeSnapshot(_ parts: [SnapshotCoordinator.Part], missing: Int, reply: SnapshotReply,
-                               client: ReportClient, state: inout WriterState) {
+                               client: PipelineMember, state: inout WriterState) {
         let report = SnapshotReport.build(parts, missing: missing,
                                           builder: state.reportBuilder(for: client.configuration.inApp))
         guard let path = write(report, client: client, state: &state, toSinks: false) else {
@@ -205,7 +205,7 @@ final class ReportWriter: Sendable {
 
     /// A stall ended: its final report (unless the rate limit suppresses the stall; it is then counted) and a
     /// `stall.end` line either way.
-    private func writeFinal(_ snapshot: StallSnapshot, client: ReportClient, state: inout WriterState) {
+    private func writeFinal(_ snapshot: StallEvidence, client: PipelineMember, state: inout WriterState) {
         let counters = client.counters
         var report = build(snapshot, client: client, state: &state)
         let decision = state.admission.final(
@@ -242,7 +242,7 @@ final class ReportWriter: Sendable {
         state.files.paths[snapshot.id] = nil
     }
 
-    private func build(_ snapshot: StallSnapshot, client: ReportClient, state: inout WriterState) -> StallReport {
+    private func build(_ snapshot: StallEvidence, client: PipelineMember, state: inout WriterState) -> StallReport {
         if state.builders[client.configuration.inApp] == nil { symbolicatorsCreated.wrappingAdd(1, ordering: .relaxed) }
         let builder = state.reportBuilder(for: client.configuration.inApp)
         var report = builder.build(snapshot)
@@ -258,7 +258,7 @@ final class ReportWriter: Sendable {
     }
 
     /// Writes `report` (`ReportFiles.write`); a failure's `monitor.error` line goes to the event log.
-    private func write(_ report: StallReport, client: ReportClient, state: inout WriterState,
+    private func write(_ report: StallReport, client: PipelineMember, state: inout WriterState,
                        toSinks: Bool = true) -> String? {
         var lines: [StallEvent] = []
         let path = state.files.write(report, client: client, delivery: &state.delivery, toSinks: toSinks) {
@@ -268,7 +268,7 @@ final class ReportWriter: Sendable {
         return path
     }
 
-    private func log(_ event: StallEvent, client: ReportClient, state: inout WriterState, durable: Bool = false) {
+    private func log(_ event: StallEvent, client: PipelineMember, state: inout WriterState, durable: Bool = false) {
         do {
             try state.eventLog(for: client.configuration).append(event, durable: durable)
         } catch {

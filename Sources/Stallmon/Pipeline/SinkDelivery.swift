@@ -9,14 +9,14 @@ struct SinkDelivery {
     private var sinkFailing: [String: String] = [:]
     /// Published reports a sink refused, by sink and path: handed to it again from the published file until it
     /// takes them (the latest report of a path only).
-    private var refusedBySink: [String: (report: StallReport, path: String, client: ReportClient, sink: Int)] = [:]
+    private var refusedBySink: [String: (report: StallReport, path: String, client: PipelineMember, sink: Int)] = [:]
 
     /// No refused report waits for another offer.
     var isEmpty: Bool { refusedBySink.isEmpty }
 
     /// Hands a written report to every sink of the monitor that found the stall; failures are logged once per sink
     /// and change of state (StallmonUpload's sink leaves the report on disk for `stallmon upload` to pick up later).
-    mutating func handOver(_ written: WrittenStallReport, from client: ReportClient) {
+    mutating func handOver(_ written: WrittenStallReport, from client: PipelineMember) {
         for (index, sink) in client.sinks.enumerated() {
             let key = "\(ObjectIdentifier(client))/\(index)"
             let retryKey = key + "/" + written.path

@@ -9,7 +9,7 @@ final class WriterQueue: Sendable {
     static let limit = 1024
 
     private struct State {
-        var messages: [(ReportWriter.Message, ReportClient)] = []
+        var messages: [(ReportWriter.Message, PipelineMember)] = []
         var stopping = false
         var accepted: UInt64 = 0
         /// Stalls whose `.finish` the full queue refused: the writer forgets what it kept for them (their rate-limit
@@ -31,7 +31,7 @@ final class WriterQueue: Sendable {
 
     /// Queues `message`; never blocks. Returns its place in the queue's order, or nil when the queue is full or
     /// stopping (a refused `.finish` is remembered as abandoned).
-    func submit(_ message: ReportWriter.Message, from client: ReportClient) -> UInt64? {
+    func submit(_ message: ReportWriter.Message, from client: PipelineMember) -> UInt64? {
         let ticket = state.withLock { state -> UInt64? in
             guard state.messages.count < Self.limit, !state.stopping else {
                 if case .finish(let snapshot) = message, state.abandoned.count < Self.limit {
@@ -49,7 +49,7 @@ final class WriterQueue: Sendable {
 
     /// On the writer thread: waits for messages (or until `deadline`, nil: for ever) and takes them all.
     func take(waitingUntil deadline: UInt64?)
-        -> (batch: [(ReportWriter.Message, ReportClient)], abandoned: [String], stopping: Bool) {
+        -> (batch: [(ReportWriter.Message, PipelineMember)], abandoned: [String], stopping: Bool) {
         wakeSignal.wait(until: deadline)
         return state.withLock { state in
             defer {

@@ -20,7 +20,7 @@ final class LoopThreadSource: ProbeSource {
     private let sections: [any StallSection]
     private let configuration: StallMonitorConfiguration
     private let writer: ReportWriter
-    private let client: ReportClient
+    private let client: PipelineMember
     private let tracker: StallTracker
     /// Made on the watchdog thread at its first pass, as its metrics are: swift-metrics binds a metric to the
     /// factory bootstrapped when it is made, and a service may bootstrap it after creating the monitor.

@@ -9,7 +9,7 @@ import Glibc
 
 /// The probe source of Swift Concurrency's global executor: every pass reads each worker's probe
 /// (`CStallmonConcurrency`), and a `StallTracker` per worker decides, samples and reports, exactly as for a loop
-/// thread; starvation of the pool is watched beside them (`StarvationWatch`). A worker's capture slot is borrowed
+/// thread; starvation of the pool is watched beside them (`StarvationTracker`). A worker's capture slot is borrowed
 /// when its stall begins and returned when it ends, and the worker is pinned while it is signalled, so its thread
 /// cannot finish exiting (and its id cannot be reused) meanwhile.
 final class PoolWorkerSource: ProbeSource {
@@ -44,12 +44,12 @@ final class PoolWorkerSource: ProbeSource {
     /// Made on the watchdog thread when statistics are first due, as its metrics are (see `LoopThreadSource`).
     private var poolStats: PoolStatsReporter?
     /// Made at the first pass, on the watchdog thread (swift-metrics binds a metric to the factory of its making).
-    private var droppedLabels: DroppedLabelsWatch?
+    private var droppedLabels: DroppedLabelsCounter?
     /// The label count when the monitor was made: drops before it are not this monitor's to report.
     private let droppedLabelsAtStart = cstallmon_labels_dropped()
     /// The pool's statistics when the monitor was created: its figures count jobs from then on.
     private let statisticsBaseline: (at: UInt64, readings: [PoolStatsReporter.PoolClass: PoolStatsReporter.Reading])
-    private let starvation: StarvationWatch
+    private let starvation: StarvationTracker
     /// As of the latest pass: per pool class, how long its running jobs have run; the live workers.
     private var inProgress: [UInt64] = []
     private var workersAlive = 0
@@ -64,7 +64,7 @@ final class PoolWorkerSource: ProbeSource {
                             maxOwedSlots: 8)
         poolClasses = Self.poolClasses(poolName: poolName, mainActorName: mainActorName)
         statisticsBaseline = (cstallmon_monotonic_ns(), Self.poolReadings(poolClasses, inProgress: nil))
-        starvation = StarvationWatch(poolName: poolName, client: collaborators.client, writer: collaborators.writer,
+        starvation = StarvationTracker(poolName: poolName, client: collaborators.client, writer: collaborators.writer,
                                      lender: lender)
     }
 
@@ -90,7 +90,7 @@ final class PoolWorkerSource: ProbeSource {
         pass.wakeAt = min(pass.wakeAt, starvation.pass(now: now, workers: readings))
         // Sampling culprits waits on captures, and a report on the writer.
         pass.waitedOnItsOwnWork = pass.waitedOnItsOwnWork || wasStarving || starvation.isStarving
-        var dropped = droppedLabels ?? DroppedLabelsWatch(dropped: droppedLabelsAtStart,
+        var dropped = droppedLabels ?? DroppedLabelsCounter(dropped: droppedLabelsAtStart,
                                                           logger: collaborators.client.logger)
         dropped.step(now: now, dropped: cstallmon_labels_dropped())
         droppedLabels = dropped

@@ -1,4 +1,4 @@
-/// The decision of `StarvationWatch`, pass by pass, with no thread, clock or worker in it: when to send the canary
+/// The decision of `StarvationTracker`, pass by pass, with no thread, clock or worker in it: when to send the canary
 /// (a tiny work item on the pool's medium-priority queue), when a starvation begins (the canary waited the
 /// threshold while the queue's workers were all busy), when its culprits are sampled, and when it ends (the canary
 /// began, and the jobs queued behind it had a moment to begin too).
@@ -13,7 +13,7 @@ struct StarvationDecision {
         case ran(sent: UInt64, started: UInt64)
     }
 
-    /// What the watch does in this pass.
+    /// What the tracker does in this pass.
     enum Action: Equatable {
         case sendCanary
         /// A starvation begins: the canary sent at `canarySent` still waits, a threshold later.

@@ -1,9 +1,9 @@
 import StallmonReport
 
-/// The pool's section of a starvation's report (`StarvationWatch` adds it): the verdict, the saturation's figures and
+/// The pool's section of a starvation's report (`StarvationTracker` adds it): the verdict, the saturation's figures and
 /// the culprits, each built as a stall of its own; its event lines are `starvation.begin` … `starvation.end`.
 struct StarvationSection: StallSection {
-    let starvation: StarvationSnapshot
+    let starvation: StarvationEvidence
 
     var eventFamily: String? { "starvation" }
 

@@ -36,7 +36,7 @@ final class ControlSocket: Sendable {
 
     /// Binds the socket in `directory` (which must exist, owned and 0700) and starts serving; nil (logged) when it
     /// cannot.
-    static func start(directory: String, writer: ReportWriter, client: ReportClient) -> ControlSocket? {
+    static func start(directory: String, writer: ReportWriter, client: PipelineMember) -> ControlSocket? {
         let path = path(directory: directory, pid: getpid())
         let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else {
@@ -131,7 +131,7 @@ final class ControlSocket: Sendable {
         unlink(path)
     }
 
-    private func serve(writer: ReportWriter, client: ReportClient) {
+    private func serve(writer: ReportWriter, client: PipelineMember) {
         while !stopping.load(ordering: .acquiring) {
             let connection = cstallmon_accept_cloexec(listener)
             guard connection >= 0 else {
@@ -146,7 +146,7 @@ final class ControlSocket: Sendable {
         }
     }
 
-    private func answer(_ connection: Int32, writer: ReportWriter, client: ReportClient) {
+    private func answer(_ connection: Int32, writer: ReportWriter, client: PipelineMember) {
         var timeout = timeval(tv_sec: 2, tv_usec: 0)
         setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
@@ -170,7 +170,7 @@ final class ControlSocket: Sendable {
             reply(connection, "error the monitor is stopping")
             return
         }
-        let (parts, missing) = SnapshotCoordinator.shared.collect(timeout: .seconds(2))
+        let (parts, missing) = Watchdog.process.snapshots.collect(timeout: .seconds(2))
         let outcome = SnapshotReply()
         awaitedReply.withLock { $0 = outcome }
         defer { awaitedReply.withLock { $0 = nil } }

@@ -5,7 +5,6 @@ import Synchronization
 /// the watchdog thread at a stall's begin, hang and end, and by the report writer (the top frame); never per iteration
 /// and never by a loop thread or pool worker.
 final class HangRegistry: Sendable {
-    static let shared = HangRegistry()
 
     struct Entry: Sendable, Equatable {
         var loop: String

@@ -8,7 +8,6 @@ import Synchronization
 /// loop and pool it watches is doing, each with a stack sample taken with that source's capture slots. The control
 /// socket's thread (`ControlSocket`) asks, waits for it (bounded), and hands the parts to the report writer.
 final class SnapshotCoordinator: Sendable {
-    static let shared = SnapshotCoordinator()
 
     /// One loop, worker or pool, as the watchdog saw it.
     struct Part: Sendable {

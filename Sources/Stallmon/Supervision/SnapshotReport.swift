@@ -28,7 +28,7 @@ enum SnapshotReport {
             samples.append(sample)
         }
         let first = parts.first { $0.tid != nil }
-        let snapshot = StallSnapshot(
+        let snapshot = StallEvidence(
             id: UUID().uuidString.lowercased(), loopName: "snapshot", threadID: first?.tid ?? 0,
             thresholdNanoseconds: 0, since: now, sinceWall: wall, durationNanoseconds: 0, durationExact: false,
             ongoing: false, elapsedAtDetection: 0, labelID: 0, samples: samples)

@@ -47,7 +47,13 @@ final class SystemdNotifier: Sendable {
         return (Setup(socket: socket, interval: .microseconds(Int64(clamping: microseconds / 2))), nil)
     }
 
-    static let shared = SystemdNotifier()
+    /// The process's stalls in progress, whose hung ones stop the pings.
+    private let hangs: HangRegistry
+
+    /// A notifier that goes by `hangs` (the process's watchdog makes the one notifier: `Watchdog.process.systemd`).
+    init(hangs: HangRegistry) {
+        self.hangs = hangs
+    }
 
     private struct State {
         var users = 0
@@ -98,7 +104,7 @@ final class SystemdNotifier: Sendable {
         let interval = UInt64(setup.interval.nanosecondsClamped)
         while !runner.isStopping {
             var message: String
-            if let hung = HangRegistry.shared.oldestHung() {
+            if let hung = hangs.oldestHung() {
                 let seconds = Double(cstallmon_monotonic_ns() &- hung.since) / 1e9
                 let status = "STATUS=loop \(hung.loop) stalled \(String(format: "%.1f", seconds)) s"
                     + (hung.topFrame.map { " in \($0)" } ?? "")

@@ -20,14 +20,14 @@ final class StallTracker {
         var currentLabel: () -> UInt32 = { 0 }
         var currentMode: () -> String? = { nil }
         /// Fills in what is particular to this kind of thread (a job's priority and task id, say).
-        var describe: (inout StallSnapshot) -> Void = { _ in }
+        var describe: (inout StallEvidence) -> Void = { _ in }
         /// False once the thread exited (a retired worker): its id may be another thread's, so its /proc figures
         /// are not read.
         var isAlive = true
     }
 
     private struct Current {
-        var snapshot: StallSnapshot
+        var snapshot: StallEvidence
         var lastSeenBusy: UInt64
         /// Where the stall stands against `systemd_hang_after_ms` (past it and acted on: systemd's watchdog starves).
         var systemdHang = HangProgress.notYet
@@ -62,7 +62,7 @@ final class StallTracker {
 
     /// What a tracker works with besides the thread it watches, handed to it by the monitor that owns it.
     struct Collaborators {
-        var client: ReportClient
+        var client: PipelineMember
         var writer: ReportWriter
         /// The process's stalls in progress, which systemd's watchdog pings go by.
         var hangs: HangRegistry
@@ -73,16 +73,16 @@ final class StallTracker {
         var stallDuration: Metrics.Timer
 
         /// The process's own registry and notifier, and the monitor's metrics under `name`.
-        static func process(client: ReportClient, writer: ReportWriter, name: String) -> Collaborators {
-            Collaborators(client: client, writer: writer, hangs: .shared,
-                          systemdIsFed: { SystemdNotifier.shared.isFeeding },
+        static func process(client: PipelineMember, writer: ReportWriter, name: String) -> Collaborators {
+            Collaborators(client: client, writer: writer, hangs: Watchdog.process.hangs,
+                          systemdIsFed: { Watchdog.process.systemd.isFeeding },
                           stallCounter: Counter(label: "stallmon_stalls_total", dimensions: [("loop", name)]),
                           stallDuration: Metrics.Timer(label: "stallmon_stall_duration", dimensions: [("loop", name)]))
         }
     }
 
     let loopName: String
-    private let client: ReportClient
+    private let client: PipelineMember
     private let writer: ReportWriter
     private let annotations: IterationAnnotations?
     private let stallCounter: Counter
@@ -143,7 +143,7 @@ final class StallTracker {
 
     /// One pass over `reading`, the thread's probe read at `now`. Returns when the tracker wants the next pass, and
     /// whether this pass waited on work of its own (a capture's handler; never the writer, whom a hang's later passes
-    /// ask): its length is then no sign of a freeze (`FreezeWatch.passEnds`).
+    /// ask): its length is then no sign of a freeze (`FreezeDetector.passEnds`).
     func step(_ reading: LoopProbe.Reading, now: UInt64, target: Target,
               freezes: FreezeTracker) -> (wakeAt: UInt64, waitedOnItsOwnWork: Bool) {
         var waitedOnItsOwnWork = false
@@ -192,7 +192,7 @@ final class StallTracker {
         client.counters.stallsDetected.wrappingAdd(1, ordering: .relaxed)
         stallCounter.increment()
         let wallNow = cstallmon_realtime_ns()
-        var snapshot = StallSnapshot(
+        var snapshot = StallEvidence(
             id: UUID().uuidString.lowercased(), loopName: loopName, threadID: target.tid,
             thresholdNanoseconds: UInt64(client.configuration.threshold.nanosecondsClamped), since: since,
             sinceWall: wallNow - min(wallNow, now - since), durationNanoseconds: now - since,
@@ -327,7 +327,7 @@ final class StallTracker {
     /// aside, where the thread's time went, and its hang once it passed a limit. The interim, the hang's and the one
     /// written at stop are all made here: each replaces the one before on disk, so none may leave out what another
     /// said.
-    private func ongoingSnapshot(now: UInt64, freezes: FreezeTracker, tid: Int32) -> StallSnapshot? {
+    private func ongoingSnapshot(now: UInt64, freezes: FreezeTracker, tid: Int32) -> StallEvidence? {
         guard var snapshot = current?.snapshot else { return nil }
         let elapsed = now &- snapshot.since
         snapshot.ongoing = true
@@ -386,7 +386,7 @@ final class StallTracker {
     /// it, until the watchdog looked (idle in epoll, or already the next iteration when two stalls run back to
     /// back), is not this stall's; its CPU time cannot be told apart in the counters, so CPU and run delay are
     /// capped at the window (an error of at most one watchdog poll).
-    private func describeThread(_ snapshot: inout StallSnapshot, baseline: Baseline?, now: UInt64, tid: Int32,
+    private func describeThread(_ snapshot: inout StallEvidence, baseline: Baseline?, now: UInt64, tid: Int32,
                                 end: UInt64? = nil) {
         guard let baseline, let stats = ThreadStats.read(tid: tid), now > baseline.at else { return }
         let windowEnd = end.map { min(max($0, baseline.at), now) } ?? now

@@ -14,16 +14,28 @@ final class Watchdog: Sendable {
     /// The process's watchdog.
     static let process = Watchdog()
 
+    /// One of each per process, by construction: they are the watchdog's. Snapshots on demand are answered by its
+    /// passes; the hang registry is what its trackers mark; the systemd notifier pings by that registry.
+    let snapshots = SnapshotCoordinator()
+    let hangs: HangRegistry
+    let systemd: SystemdNotifier
+
+    private init() {
+        let hangs = HangRegistry()
+        self.hangs = hangs
+        systemd = SystemdNotifier(hangs: hangs)
+    }
+
     /// One source under watch, with the client and writer its freezes and statistics go to.
     final class Member: Sendable {
         let name: String
-        let client: ReportClient
+        let client: PipelineMember
         let writer: ReportWriter
         /// Used only under `step`'s lock: by the watchdog's passes and by `remove`.
         nonisolated(unsafe) fileprivate let source: any ProbeSource
         fileprivate let step = Mutex<Step>(Step())
 
-        init(source: any ProbeSource, name: String, client: ReportClient, writer: ReportWriter) {
+        init(source: any ProbeSource, name: String, client: PipelineMember, writer: ReportWriter) {
             self.source = source
             self.name = name
             self.client = client
@@ -122,8 +134,8 @@ final class Watchdog: Sendable {
 
     private func run(_ runner: StoppableThread) {
         registry.withLock { $0.threadID = cstallmon_gettid() }
-        var freezeWatch = FreezeWatch(thresholdNanoseconds: 100_000_000)
-        let snapshots = SnapshotCoordinator.shared
+        var freezeDetector = FreezeDetector(thresholdNanoseconds: 100_000_000)
+        let snapshots = snapshots
         var answeredSnapshot: UInt64 = 0
         snapshots.join(ObjectIdentifier(runner), runner: runner)
         defer { snapshots.leave(ObjectIdentifier(runner)) }
@@ -131,11 +143,11 @@ final class Watchdog: Sendable {
         while !runner.isStopping {
             let members = registry.withLock { $0.members }
             if let smallest = members.map(\.thresholdNanoseconds).min() {
-                freezeWatch.setThreshold(nanoseconds: smallest)
+                freezeDetector.setThreshold(nanoseconds: smallest)
             }
             let top = cstallmon_monotonic_ns()
-            if let frozen = freezeWatch.passBegins(now: top) { reportFreeze(frozen, to: members) }
-            let freezes = freezeWatch.freezes
+            if let frozen = freezeDetector.passBegins(now: top) { reportFreeze(frozen, to: members) }
+            let freezes = freezeDetector.freezes
             freezesFound.withLock { $0 = freezes }
             // A snapshot on demand after each source's pass, so that its captures never delay the pass's reading
             // of `now`.
@@ -147,8 +159,8 @@ final class Watchdog: Sendable {
                 snapshots.contribute(ObjectIdentifier(runner), generation: request, parts: pass.parts)
             }
             if !pass.watchedSomething {
-                freezeWatch.skipNextWake()
-            } else if let frozen = freezeWatch.passEnds(began: top, waitedOnItsOwnWork: pass.waitedOnItsOwnWork,
+                freezeDetector.skipNextWake()
+            } else if let frozen = freezeDetector.passEnds(began: top, waitedOnItsOwnWork: pass.waitedOnItsOwnWork,
                                                         wakeAt: pass.wakeAt) {
                 reportFreeze(frozen, to: members)
             }

@@ -7,8 +7,8 @@ import Testing
 /// A `.finish` the full queue refuses was only counted: what the writer kept for its stall (the rate limit's decision,
 /// the interim's path) stayed forever, one leak per dropped final (issue 41, item 7).
 struct ReportWriterQueueTests {
-    static func snapshot(_ id: String) -> StallSnapshot {
-        StallSnapshot(id: id, loopName: "main", threadID: 1, thresholdNanoseconds: 50_000_000, since: 1_000_000_000,
+    static func snapshot(_ id: String) -> StallEvidence {
+        StallEvidence(id: id, loopName: "main", threadID: 1, thresholdNanoseconds: 50_000_000, since: 1_000_000_000,
                       sinceWall: 1_700_000_000_000_000_000, durationNanoseconds: 200_000_000, durationExact: true,
                       ongoing: true, elapsedAtDetection: 50_000_000, labelID: 0, samples: [])
     }
@@ -16,7 +16,7 @@ struct ReportWriterQueueTests {
     @Test func aFinalRefusedByTheFullQueueLeavesNothingKept() throws {
         let directory = makeTemporaryDirectory("writer-queue")
         let configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
-        let client = ReportClient(configuration: configuration,
+        let client = PipelineMember(configuration: configuration,
                                   logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
                                   counters: MonitorCounters(), loopName: "main", sinks: [])
         // Not started yet: the queue fills. First the stall's interim, then the rest of the queue, then its final.

@@ -1,7 +1,7 @@
 @testable import Stallmon
 import Testing
 
-/// When the pool's starvation watch sends its canary, begins, samples and ends a starvation: pure, pass by pass.
+/// When the pool's starvation tracker sends its canary, begins, samples and ends a starvation: pure, pass by pass.
 struct StarvationDecisionTests {
     static let ms: UInt64 = 1_000_000
     /// A 100 ms threshold, culprits sampled every 10 ms.
@@ -74,10 +74,10 @@ struct StarvationDecisionTests {
 /// Where a starvation report puts each culprit's job end.
 struct StarvationCulpritTimesTests {
     @Test func aCulpritsJobEndsWhenSeenOverOrAtTheSaturationsEndAndNeverBeforeItBegan() {
-        #expect(StarvationWatch.jobEnd(since: 100, endedAt: 150, saturationEnd: 200) == 150, "seen over")
-        #expect(StarvationWatch.jobEnd(since: 100, endedAt: nil, saturationEnd: 200) == 200, "ran throughout")
+        #expect(StarvationTracker.jobEnd(since: 100, endedAt: 150, saturationEnd: 200) == 150, "seen over")
+        #expect(StarvationTracker.jobEnd(since: 100, endedAt: nil, saturationEnd: 200) == 200, "ran throughout")
         // A job that began after the pass read its clock (its worker read later): zero long, not 2^64 - 5.
-        #expect(StarvationWatch.jobEnd(since: 205, endedAt: nil, saturationEnd: 200) == 205)
-        #expect(StarvationWatch.jobEnd(since: 205, endedAt: 203, saturationEnd: 200) == 205)
+        #expect(StarvationTracker.jobEnd(since: 205, endedAt: nil, saturationEnd: 200) == 205)
+        #expect(StarvationTracker.jobEnd(since: 205, endedAt: 203, saturationEnd: 200) == 205)
     }
 }

@@ -18,12 +18,12 @@ struct StallTrackerHangTests {
 
     /// A tracker whose hang limit is 1 s and interim report due at 2 s, writing through `writer` (started or not).
     static func makeTracker(directory: String, hangs: HangRegistry = HangRegistry())
-        -> (tracker: StallTracker, writer: ReportWriter, client: ReportClient) {
+        -> (tracker: StallTracker, writer: ReportWriter, client: PipelineMember) {
         var configuration = StallMonitorConfiguration(threshold: .milliseconds(100), interimAfter: .milliseconds(2000),
                                                       reportDirectory: directory)
         configuration.systemdHangAfter = .seconds(1)
         let logger = Logger(label: "stallmon.test", factory: { _ in SwiftLogNoOpLogHandler() })
-        let client = ReportClient(configuration: configuration, logger: logger, counters: MonitorCounters(),
+        let client = PipelineMember(configuration: configuration, logger: logger, counters: MonitorCounters(),
                                   loopName: "hung", sinks: [])
         let writer = ReportWriter(directory: directory)
         let collaborators = StallTracker.Collaborators(
@@ -193,7 +193,7 @@ struct StallTrackerHangTests {
         configuration.hangAction = .abort
         configuration.hangAbortAfter = .milliseconds(1500)
         let logger = Logger(label: "stallmon.test", factory: { _ in SwiftLogNoOpLogHandler() })
-        let client = ReportClient(configuration: configuration, logger: logger, counters: MonitorCounters(),
+        let client = PipelineMember(configuration: configuration, logger: logger, counters: MonitorCounters(),
                                   loopName: "hung", sinks: [])
         let collaborators = StallTracker.Collaborators(
             client: client, writer: ReportWriter(directory: configuration.reportDirectory), hangs: HangRegistry(),

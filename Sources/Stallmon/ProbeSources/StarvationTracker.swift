@@ -16,9 +16,9 @@ import StallmonReport
 /// every sample interval while its job lasts, its scheduler figures. The starvation ends when the canary begins; the
 /// report then says how long the pool was saturated, how long the oldest job waited, how many waited, and which
 /// culprits held their worker throughout (blocked or computing) or whether the workers ran many jobs (busy).
-/// When each of that happens is decided by `StarvationDecision`; this watch reads the pool, gathers the culprits
+/// When each of that happens is decided by `StarvationDecision`; this tracker reads the pool, gathers the culprits
 /// and writes the reports. An add-on of the pool's probe source (`PoolWorkerSource`), used by the watchdog thread.
-final class StarvationWatch {
+final class StarvationTracker {
     private struct Culprit {
         var worker: WorkerReading
         var job: StallReport.Job?
@@ -43,7 +43,7 @@ final class StarvationWatch {
     }
 
     private let poolName: String
-    private let client: ReportClient
+    private let client: PipelineMember
     private let writer: ReportWriter
     private let lender: SlotLender
     private let threshold: UInt64
@@ -56,7 +56,7 @@ final class StarvationWatch {
     private var episode: Episode?
     private var sampler: ThreadSampler
 
-    init(poolName: String, client: ReportClient, writer: ReportWriter, lender: SlotLender) {
+    init(poolName: String, client: PipelineMember, writer: ReportWriter, lender: SlotLender) {
         self.poolName = poolName
         self.client = client
         self.writer = writer
@@ -72,7 +72,7 @@ final class StarvationWatch {
 
     var isStarving: Bool { decision.isStarving }
 
-    /// One pass over the pool's workers as this pass read them. Returns when the watch wants the next pass.
+    /// One pass over the pool's workers as this pass read them. Returns when the tracker wants the next pass.
     func pass(now: UInt64, workers: [WorkerReading]) -> UInt64 {
         // The canary's queue is full when as many of its jobs run as it has room for (libdispatch gives each
         // priority's queue as many threads as CPUs; a worker of another priority, idle or busy, is no room for it and
@@ -163,11 +163,11 @@ final class StarvationWatch {
     }
 
     /// The report's snapshot: the saturation up to `end` (the canary's begin), every culprit as a stall of its own.
-    private func snapshot(now: UInt64, end: UInt64, ongoing: Bool) -> StallSnapshot? {
+    private func snapshot(now: UInt64, end: UInt64, ongoing: Bool) -> StallEvidence? {
         guard let episode else { return nil }
         let later = Self.globalTotals()
         let counted = cstallmon_concurrency_statistics() == 1  // jobs are counted (pool_statistics = on)
-        var culprits: [StarvationSnapshot.Culprit] = []
+        var culprits: [StarvationEvidence.Culprit] = []
         var heldClasses: [StallClass] = []
         for culprit in episode.culprits {
             let jobEnd = Self.jobEnd(since: culprit.since, endedAt: culprit.endedAt, saturationEnd: end)
@@ -176,7 +176,7 @@ final class StarvationWatch {
             let saturated = end &- min(end, episode.saturatedSince)
             let held = jobEnd &- min(jobEnd, max(culprit.since, episode.saturatedSince))
             let heldThroughout = saturated == 0 || held * 10 >= saturated * 9
-            var snapshot = StallSnapshot(
+            var snapshot = StallEvidence(
                 id: episode.id, loopName: poolName, threadID: culprit.worker.tid, thresholdNanoseconds: threshold,
                 since: culprit.since, sinceWall: Self.wall(of: culprit.since, now: now),
                 durationNanoseconds: jobEnd &- culprit.since, durationExact: false, ongoing: ongoing,
@@ -196,19 +196,19 @@ final class StarvationWatch {
                 snapshot.threadClass = asleep * 2 > culprit.samples.count ? .blocked : .cpu
             }
             if heldThroughout { heldClasses.append(snapshot.threadClass) }
-            culprits.append(StarvationSnapshot.Culprit(snapshot: snapshot, heldThroughout: heldThroughout))
+            culprits.append(StarvationEvidence.Culprit(snapshot: snapshot, heldThroughout: heldThroughout))
         }
         let verdict = heldClasses.isEmpty ? "busy" : heldClasses.contains(.blocked) ? "blocked" : "cpu"
         let delay = later.delay.subtracting(episode.delayAtBegin)
         let oldestJob = delay.percentile(1).map { UInt64($0.nanosecondsClamped) } ?? 0
         let canaryWait = end &- episode.canarySent
-        let starvation = StarvationSnapshot(
+        let starvation = StarvationEvidence(
             culprits: culprits, verdict: verdict, saturatedNanoseconds: end &- episode.saturatedSince,
             oldestWaitNanoseconds: max(canaryWait, oldestJob),
             waitedJobs: counted ? later.totals.long_delays &- episode.totalsAtBegin.long_delays : nil,
             jobsRun: counted ? later.totals.jobs &- episode.totalsAtBegin.jobs : nil, workers: episode.workers)
         let first = culprits.first?.snapshot
-        var snapshot = StallSnapshot(
+        var snapshot = StallEvidence(
             id: episode.id, loopName: poolName, threadID: first?.threadID ?? 0, thresholdNanoseconds: threshold,
             since: episode.saturatedSince, sinceWall: Self.wall(of: episode.saturatedSince, now: now),
             durationNanoseconds: end &- episode.saturatedSince, durationExact: false, ongoing: ongoing,

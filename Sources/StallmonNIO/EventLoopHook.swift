@@ -9,18 +9,18 @@ import Synchronization
 import Glibc
 #endif
 
-/// One event loop under watch: the loop's `LoopWatch` (probe, watchdog, capture binding) and the selector-wait hook
+/// One event loop under watch: the loop's `LoopThreadMonitor` (probe, watchdog, capture binding) and the selector-wait hook
 /// installed on its thread, which stores each tick's busy interval into the probe.
-final class EventLoopWatch: Sendable {
+final class EventLoopHook: Sendable {
     let loop: any EventLoop
-    let watch: LoopWatch
+    let watch: LoopThreadMonitor
     /// The hook installed on the loop thread; this object holds the creator's reference until `close()`.
     nonisolated(unsafe) private let hook: OpaquePointer
     /// Set by `close()`; an install that comes later (a set-up task a slow loop ran after its monitor gave up) does
     /// nothing. Taken once by install and once by close, never per tick.
     private let closed = Mutex<Bool>(false)
 
-    init(loop: any EventLoop, watch: LoopWatch) throws(StallMonitorError) {
+    init(loop: any EventLoop, watch: LoopThreadMonitor) throws(StallMonitorError) {
         let probe = Unmanaged.passRetained(watch.loopProbe).toOpaque()
         guard let hook = cstallmon_wait_hook_create(
             { context, now in Unmanaged<LoopProbe>.fromOpaque(context!).takeUnretainedValue().loopIdles(at: now) },

@@ -1,7 +1,7 @@
 import StallmonReport
 
 /// What the watchdog knows of a stall, handed to the writer thread: raw samples, no names yet.
-struct StallSnapshot: Sendable {
+struct StallEvidence: Sendable {
     /// The family of its event lines (`stall`, or a section's: `starvation`).
     var eventFamily: String { sections.lazy.compactMap(\.eventFamily).first ?? "stall" }
 
@@ -43,9 +43,9 @@ struct StallSnapshot: Sendable {
 
 /// A starved pool as the watchdog saw it: the culprits (one snapshot per busy worker, with its samples) and the
 /// figures the report's `starvation` object is made of.
-struct StarvationSnapshot: Sendable {
+struct StarvationEvidence: Sendable {
     struct Culprit: Sendable {
-        var snapshot: StallSnapshot
+        var snapshot: StallEvidence
         var heldThroughout: Bool
     }
 

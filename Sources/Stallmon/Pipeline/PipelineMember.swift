@@ -5,7 +5,7 @@ import StallmonReport
 /// One monitor as the shared pipeline sees it: the settings its reports are written with, where its counters and
 /// log messages go, and the sinks its reports are handed to. Immutable; shared between the monitor's watchdog and
 /// the pipeline's writer thread.
-final class ReportClient: Sendable {
+final class PipelineMember: Sendable {
     let configuration: StallMonitorConfiguration
     let logger: Logger
     let counters: MonitorCounters

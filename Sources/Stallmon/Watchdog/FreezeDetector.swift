@@ -4,7 +4,7 @@ import CStallmonLoopShims
 /// lateness. Two gaps are judged: a wake-up much later than asked for, and a pass that took that long. Either is a
 /// freeze only when the process as a whole did not run across it (`FreezeEvidence`): never from the watchdog's
 /// lateness alone, and not at all when the evidence cannot be read. Owned by the watchdog thread.
-struct FreezeWatch {
+struct FreezeDetector {
     private(set) var freezes = FreezeTracker()
     /// The shortest gap judged: a quarter of the smallest threshold watched, at least 10 ms.
     private var minimum: UInt64

@@ -3,16 +3,16 @@ import CStallmonLoopShims
 @testable import Stallmon
 import Testing
 
-/// `FreezeWatch` on a clock and process readings of the test's own: no thread, no sleep. A freeze is judged only from
+/// `FreezeDetector` on a clock and process readings of the test's own: no thread, no sleep. A freeze is judged only from
 /// evidence that the whole process did not run (issue 41, item 2: a 30.5 ms "freeze" nobody caused was subtracted
 /// from a real 336 ms stall).
-struct FreezeWatchTests {
+struct FreezeDetectorTests {
     static let ms: UInt64 = 1_000_000
 
     /// The process as the test sets it: CLOCK_MONOTONIC, the watchdog's run delay, the CPU time and voluntary switches
     /// of all its threads, and how many threads it has. `readable` false: /proc gives no schedstat.
     final class ProcessState {
-        var now: UInt64 = 10_000 * FreezeWatchTests.ms
+        var now: UInt64 = 10_000 * FreezeDetectorTests.ms
         var progress = ProcessProgress(watchdogRunDelay: 0, processCPU: 0, voluntarySwitches: 0)
         var threads = 8
         var readable = true
@@ -26,8 +26,8 @@ struct FreezeWatchTests {
     }
 
     /// A 100 ms threshold: a freeze is at least 25 ms.
-    func makeWatch(_ process: ProcessState) -> FreezeWatch {
-        FreezeWatch(thresholdNanoseconds: 100 * Self.ms, clock: { process.now },
+    func makeWatch(_ process: ProcessState) -> FreezeDetector {
+        FreezeDetector(thresholdNanoseconds: 100 * Self.ms, clock: { process.now },
                     progress: { process.readable ? process.progress : nil }, threadCount: { process.threads },
                     cpus: 2)
     }
@@ -165,7 +165,7 @@ struct FreezeWatchTests {
         spinning.start()
         defer { spinning.stop() }
         #expect(spinning.waitUntilSpinning())
-        var watch = FreezeWatch(thresholdNanoseconds: 100 * Self.ms)
+        var watch = FreezeDetector(thresholdNanoseconds: 100 * Self.ms)
         let began = cstallmon_monotonic_ns()
         _ = watch.passBegins(now: began)
         usleep(60_000)

@@ -4,7 +4,7 @@ import Metrics
 /// Labels dropped because every entry of the table was taken (more than 4,096 `StallLabel` scopes open at once):
 /// their stalls carry no label, and a scope never waits for an entry. The pool's source reads the count at each pass;
 /// what it grew by goes to `stallmon_labels_dropped_total` and, at most once a minute, to the log.
-struct DroppedLabelsWatch {
+struct DroppedLabelsCounter {
     static let logInterval: UInt64 = 60_000_000_000
 
     private let counter: Counter

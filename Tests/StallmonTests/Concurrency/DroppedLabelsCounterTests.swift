@@ -6,14 +6,14 @@ import StallmonTestSupport
 import Testing
 
 /// Labels dropped when every entry of the table is taken: counted, and said in the log at most once a minute.
-struct DroppedLabelsWatchTests {
+struct DroppedLabelsCounterTests {
     static let second: UInt64 = 1_000_000_000
 
     @Test("drops since the monitor began: the counter gets each, the log a line a minute with those not said yet")
     func countedAndLoggedOnceAMinute() throws {
         let metrics = TestMetrics()
         let logs = InMemoryLogHandler()
-        var watch = DroppedLabelsWatch(dropped: 7, logger: Logger(label: "test") { _ in logs }, factory: metrics)
+        var watch = DroppedLabelsCounter(dropped: 7, logger: Logger(label: "test") { _ in logs }, factory: metrics)
         watch.step(now: 1 * Self.second, dropped: 7)
         #expect(logs.entries.isEmpty, "the 7 before the monitor are not its own")
         watch.step(now: 2 * Self.second, dropped: 40)

@@ -7,7 +7,7 @@ import StallmonReport
 /// The monitor of one loop thread, whatever kind of loop it is: a `MonitorCore` over the loop thread's source (the
 /// probe the loop stores its busy intervals into, the binding to the loop thread, the iteration's annotations).
 /// `LooperStallMonitor` drives it from a `Looper`'s observers; StallmonNIO from an event loop's selector waits.
-package final class LoopWatch: Sendable {
+package final class LoopThreadMonitor: Sendable {
     private let core: MonitorCore
     private let probe: LoopProbe
     private let binding: ThreadBinding
