@@ -170,6 +170,10 @@ final class Watchdog: Sendable {
 
     /// How long the thread sleeps when no source asks for an earlier pass.
     private static let idleWake: UInt64 = 1_000_000_000
+    /// A source due this soon after the pass's own is stepped in it: sources stepped together ask for their next
+    /// passes microseconds apart, and would each wake the thread on its own otherwise. A pass that comes early is
+    /// harmless (a busy loop's source asks again for the crossing).
+    static let coalescing: UInt64 = 1_000_000
 
     /// What one pass over every member gathered.
     private struct Pass {
@@ -186,7 +190,7 @@ final class Watchdog: Sendable {
             guard !step.removed else { return }
             let source = member.source
             let now = cstallmon_monotonic_ns()
-            if now >= step.nextWake {
+            if now &+ Self.coalescing >= step.nextWake {
                 let sourcePass = source.pass(now: now, freezes: freezes)
                 var wakeAt = sourcePass.wakeAt
                 if !sourcePass.watchedNothing {
