@@ -173,7 +173,8 @@ let package = Package(
                            "CStallmonConcurrencyTesting",
                            "CStallmonLoopShims", .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "NIOPosix", package: "swift-nio"),
-                           .product(name: "Instrumentation", package: "swift-distributed-tracing")],
+                           .product(name: "Instrumentation", package: "swift-distributed-tracing"),
+                           .product(name: "Logging", package: "swift-log")],
             path: "Tests/StallmonAsyncFixture"
         ),
         .testTarget(name: "StallmonLoopTests", dependencies: ["StallmonLoop"]),

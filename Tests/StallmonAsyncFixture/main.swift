@@ -11,6 +11,7 @@ import CStallmonLoopShims
 import Foundation
 import Glibc
 import Instrumentation
+import Logging
 import NIOCore
 import NIOPosix
 import Stallmon
@@ -1110,6 +1111,13 @@ case "one-watchdog":
     pool.stop()
     say("watchdogs-after-stop \(watchdogThreads())")
     say("done")
+
+case "label-check-first":
+    // The task-local layout check run before any monitor exists (the bench does): its reads of the process's own
+    // memory must not be refused for want of the seccomp probe's verdict. Prints `layout N` (1 passed, -1 failed).
+    StallLabel.checkLayout(logger: Logger(label: "fixture"))
+    for _ in 0..<400 where cstallmon_task_locals_layout() == 0 { usleep(5_000) }
+    say("layout \(cstallmon_task_locals_layout())")
 
 case "nio-takeover":
     // NIO's executor take-over first: the global executor's hook is then NIO's.

@@ -66,6 +66,7 @@ package struct AwaitChain: Sendable, Equatable {
     /// stacks end where the job began, as before.
     static func checkLayout(logger: Logger) {
         guard !layoutChecked.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        _ = SystemCallFilter.allowsOwnMemoryReads  // as `StallLabel.checkLayout`: its reads need the verdict
         Task.detached(priority: .background) {
             var runnerStart: UInt = 0
             var runnerEnd: UInt = 0

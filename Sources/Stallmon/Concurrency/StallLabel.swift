@@ -91,6 +91,9 @@ public enum StallLabel {
     /// async report has a label.
     package static func checkLayout(logger: Logger) {
         guard !layoutChecked.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        // Its reads go through the seccomp probe's verdict on process_vm_readv: resolved here, or, before any monitor
+        // was made, every read would be refused and the check would fail for the process's life.
+        _ = SystemCallFilter.allowsOwnMemoryReads
         // High priority: a stall's label is read when the stall begins, and one before the check passed has none.
         Task.detached(priority: .high) {
             let passed = await LayoutCheck.run()

@@ -127,6 +127,14 @@ struct StallLabelTests {
             #expect(parsed.spanIDHex == "00f067aa0ba902b7")
         }
     }
+
+    /// Before: the check, run before any monitor was made (the bench's async section does), found every read of the
+    /// process's own memory refused (the seccomp probe had given no verdict yet) and failed for the process's life.
+    @Test func theLayoutCheckPassesBeforeAnyMonitorExists() async throws {
+        let run = try await ConcurrencyStallMonitorTests.run("label-check-first")
+        #expect(run.status == 0, "\(run.output) \(run.errors)")
+        #expect(run.value("layout") == "1", "\(run.output) \(run.errors)")
+    }
 }
 
 /// Injects the `traceparent` a test put into the context, as a W3C propagator would from its span. Bootstrapped once
