@@ -5,6 +5,19 @@ import StallmonTestSupport
 import Testing
 
 struct ConfigurationTests {
+    /// The initializer omitted six properties (issue 42, item 4): each can now be given there, with the documented
+    /// default when it is not.
+    @Test func everyPropertyCanBeGivenToTheInitializer() {
+        let defaults = StallMonitorConfiguration()
+        #expect(defaults.poolStatistics && defaults.hangAction == .none && defaults.hangAbortAfter == .seconds(60))
+        #expect(defaults.systemdWatchdog == .auto && defaults.systemdHangAfter == .seconds(10) && defaults.controlSocket)
+        let given = StallMonitorConfiguration(poolStatistics: false, hangAction: .abort, hangAbortAfter: .seconds(5),
+                                              systemdWatchdog: .off, systemdHangAfter: .seconds(3),
+                                              controlSocket: false)
+        #expect(!given.poolStatistics && given.hangAction == .abort && given.hangAbortAfter == .seconds(5))
+        #expect(given.systemdWatchdog == .off && given.systemdHangAfter == .seconds(3) && !given.controlSocket)
+    }
+
     @Test func defaultsAreValid() throws {
         try StallMonitorConfiguration().validate()
     }

@@ -62,27 +62,27 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
     /// Off, the workers pay only what stall and starvation detection need (one clock read per job instead of three,
     /// the end read only for a job the watchdog saw running, and no histogram), for services that want the lowest
     /// cost per job.
-    public var poolStatistics: Bool = true
+    public var poolStatistics: Bool
     /// What to do when a stall lasts `hangAbortAfter` (key `hang_action`): `.none` (default) or `.abort`: write the
     /// report (durable) and the `stall.hang` event line, then end the process with SIGABRT, so a supervisor restarts
     /// it and a core dump (where enabled) keeps the rest of the evidence. Never for a frozen process (SIGSTOP, a
     /// container freeze): frozen time does not count.
-    public var hangAction: HangAction = .none
+    public var hangAction: HangAction
     /// Key `hang_abort_after_ms`, default 60000 ms; with `hang_action = abort`, longer than `threshold_ms`.
-    public var hangAbortAfter: Duration = .seconds(60)
+    public var hangAbortAfter: Duration
     /// systemd's watchdog fed from loop health (key `systemd_watchdog`): `.auto` (default) when `$NOTIFY_SOCKET` and
     /// `$WATCHDOG_USEC` are set (`WatchdogSec=` in the unit), `.on` whenever `$NOTIFY_SOCKET` is, `.off` never.
-    public var systemdWatchdog: SystemdWatchdogMode = .auto
+    public var systemdWatchdog: SystemdWatchdogMode
     /// A stall this long stops the `WATCHDOG=1` pings (after its report is durable), so systemd restarts the
     /// service once `WatchdogSec=` passes. Key `systemd_hang_after_ms`, default 10000 ms (a stall is one from
     /// `threshold_ms` on, so a shorter value acts at the threshold).
-    public var systemdHangAfter: Duration = .seconds(10)
+    public var systemdHangAfter: Duration
     /// A control socket in the report directory (`control-<pid>.sock`, 0600, the service's own user only) on which
     /// `stallmon snapshot PID` asks for a snapshot of every monitored loop and pool. Key `control_socket`, default on.
-    public var controlSocket: Bool = true
+    public var controlSocket: Bool
 
-    /// Creates a configuration; values not given take their defaults. Call `validate()` (the monitor does) to
-    /// check them.
+    /// Creates a configuration; values not given take their defaults (every property can be given here). Call
+    /// `validate()` (the monitor does) to check them.
     public init(threshold: Duration = .milliseconds(100),
                 sampleInterval: Duration = .milliseconds(10),
                 maxSamples: Int = 500,
@@ -101,6 +101,12 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
                 inApp: InAppRules = InAppRules(),
                 loopStatsInterval: Duration = .seconds(60),
                 lockHolderStacks: Bool = true,
+                poolStatistics: Bool = true,
+                hangAction: HangAction = .none,
+                hangAbortAfter: Duration = .seconds(60),
+                systemdWatchdog: SystemdWatchdogMode = .auto,
+                systemdHangAfter: Duration = .seconds(10),
+                controlSocket: Bool = true,
                 upload: UploadConfiguration = UploadConfiguration()) {
         self.threshold = threshold
         self.sampleInterval = sampleInterval
@@ -120,6 +126,12 @@ public struct StallMonitorConfiguration: Sendable, Equatable {
         self.inApp = inApp
         self.loopStatsInterval = loopStatsInterval
         self.lockHolderStacks = lockHolderStacks
+        self.poolStatistics = poolStatistics
+        self.hangAction = hangAction
+        self.hangAbortAfter = hangAbortAfter
+        self.systemdWatchdog = systemdWatchdog
+        self.systemdHangAfter = systemdHangAfter
+        self.controlSocket = controlSocket
         self.upload = upload
     }
 
