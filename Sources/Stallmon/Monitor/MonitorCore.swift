@@ -20,6 +20,9 @@ package final class MonitorCore: Sendable {
     private let watchdog = Watchdog.process
     private let member: Watchdog.Member
     private let state = Mutex<(started: Bool, stopped: Bool)>((false, false))
+    /// Held through `start` and `stop`, so a stop that races a start finds it done (its source added, systemd's
+    /// notifier retained) and undoes all of it, never half.
+    private let lifecycle = Mutex<Void>(())
     /// This monitor feeds systemd's watchdog (`SystemdNotifier`) between start and stop.
     private let feedsSystemd = Atomic<Bool>(false)
 
@@ -99,6 +102,10 @@ package final class MonitorCore: Sendable {
     /// when it was already started or stopped. Logs (once) when the watchdog thread cannot be created.
     @discardableResult
     func start(beforeWatching: () -> Void = {}) -> Bool {
+        lifecycle.withLock { _ in startAlone(beforeWatching: beforeWatching) }
+    }
+
+    private func startAlone(beforeWatching: () -> Void) -> Bool {
         let shouldStart = state.withLock { state in
             guard !state.started, !state.stopped else { return false }
             state.started = true
@@ -125,6 +132,10 @@ package final class MonitorCore: Sendable {
     /// at most 5 s), runs `releaseThreads` (the capture slots its source still owns), lets the watchdog go (the last
     /// monitor joins its thread) and gives the sampling signal back. Idempotent.
     func stop(releaseThreads: () -> Void = {}) {
+        lifecycle.withLock { _ in stopAlone(releaseThreads: releaseThreads) }
+    }
+
+    private func stopAlone(releaseThreads: () -> Void) {
         let started: Bool? = state.withLock { state in
             guard !state.stopped else { return nil }
             state.stopped = true

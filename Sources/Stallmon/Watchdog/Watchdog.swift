@@ -34,6 +34,13 @@ final class Watchdog: Sendable {
         /// Used only under `step`'s lock: by the watchdog's passes and by `remove`.
         nonisolated(unsafe) fileprivate let source: any ProbeSource
         fileprivate let step = Mutex<Step>(Step())
+        /// Set by `remove`, under the registry's lock: `add` never registers it again (a `start` racing `stop`).
+        fileprivate let retired = Atomic<Bool>(false)
+        /// The thread whose pass is stepping this source now (0: none): a `remove` from inside that step (a log
+        /// handler that stops the monitor) must not wait for the lock its own thread holds.
+        fileprivate let steppedBy = Atomic<Int32>(0)
+        /// A `remove` from inside a step: the pass stops the source once that step is over.
+        fileprivate let removalDeferred = Atomic<Bool>(false)
 
         init(source: any ProbeSource, name: String, client: PipelineMember, writer: ReportWriter) {
             self.source = source
@@ -101,13 +108,17 @@ final class Watchdog: Sendable {
     /// member since the monitors took the watchdog; false when the system refuses a thread.
     func add(_ member: Member) -> Bool {
         let (runner, startNow) = registry.withLock { registry -> (StoppableThread?, Bool) in
+            guard !member.retired.load(ordering: .acquiring) else { return (nil, false) }
             registry.members.append(member)
             defer { registry.started = true }
             return (registry.runner, !registry.started)
         }
         guard let runner else { return false }
         if startNow {
-            return runner.start(name: "stallmon-watch") { [self] in run(runner) }
+            if runner.start(name: "stallmon-watch", { [self] in run(runner) }) { return true }
+            // The next monitor's start tries again (and logs it too, if it fails again).
+            registry.withLock { registry in if registry.runner === runner { registry.started = false } }
+            return false
         }
         runner.wake()
         return true
@@ -117,11 +128,22 @@ final class Watchdog: Sendable {
     /// as ongoing, and no pass touches the source afterwards. Does nothing for a source never added.
     func remove(_ member: Member) {
         let wasMember = registry.withLock { registry in
+            member.retired.store(true, ordering: .releasing)
             let count = registry.members.count
             registry.members.removeAll { $0 === member }
             return registry.members.count != count
         }
         guard wasMember else { return }
+        if member.steppedBy.load(ordering: .acquiring) == cstallmon_gettid() {
+            // From inside this source's own step, on the watchdog thread: the pass stops it right after.
+            member.removalDeferred.store(true, ordering: .releasing)
+            return
+        }
+        stop(member)
+    }
+
+    /// Finishes `member`'s source (its stall in progress as ongoing); no pass steps it afterwards.
+    private func stop(_ member: Member) {
         let freezes = freezesFound.withLock { $0 }
         member.step.withLock { step in
             guard !step.removed else { return }
@@ -186,7 +208,12 @@ final class Watchdog: Sendable {
     /// Steps `member`'s source when its pass is due (at a `now` of its own: the sources before it may have waited
     /// for captures), exports its statistics when due, and adds its snapshot parts when one is asked for.
     private func step(_ member: Member, pass: inout Pass, freezes: FreezeTracker, snapshot: Bool) {
-        member.step.withLock { step in
+        member.steppedBy.store(cstallmon_gettid(), ordering: .releasing)
+        defer {
+            member.steppedBy.store(0, ordering: .releasing)
+            if member.removalDeferred.exchange(false, ordering: .acquiringAndReleasing) { stop(member) }
+        }
+        func work(_ step: inout Step) {
             guard !step.removed else { return }
             let source = member.source
             let now = cstallmon_monotonic_ns()
@@ -208,6 +235,12 @@ final class Watchdog: Sendable {
             }
             pass.wakeAt = min(pass.wakeAt, step.nextWake)
             pass.watchedSomething = pass.watchedSomething || !step.watchedNothing
+        }
+        // Held by a `remove` finishing the source (a pool's stop waits up to 50 ms for a stall's end): this pass then
+        // waited on work of its own, and its length says nothing of a freeze.
+        if member.step.withLockIfAvailable({ work(&$0) }) == nil {
+            pass.waitedOnItsOwnWork = true
+            member.step.withLock { work(&$0) }
         }
     }
 

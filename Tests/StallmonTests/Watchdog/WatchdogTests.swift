@@ -1,0 +1,64 @@
+import Dispatch
+import Foundation
+import Logging
+@testable import Stallmon
+import StallmonLoop
+import StallmonTestSupport
+import Synchronization
+import Testing
+
+/// The process's one watchdog thread as a service's own code meets it.
+struct WatchdogTests {
+    /// Runs `onMessage` with every message, on the thread that logs it.
+    struct CallbackLogHandler: LogHandler {
+        let onMessage: @Sendable (String) -> Void
+        var logLevel: Logger.Level = .trace
+        var metadata: Logger.Metadata = [:]
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
+                 file: String, function: String, line: UInt) {
+            onMessage(message.description)
+        }
+    }
+
+    /// A log handler that stops the monitor whose warning it receives runs on the watchdog thread, inside that
+    /// source's own step. Before (a review of issue 42's watchdog): the stop waited for the lock its own thread held,
+    /// and every monitor of the process went blind. Now the source is finished right after its step.
+    @Test func aLogHandlerThatStopsTheMonitorOnTheWatchdogThreadReturns() async throws {
+        let monitorBox = Mutex<LooperStallMonitor?>(nil)
+        let stopped = DispatchSemaphore(value: 0)
+        let logger = Logger(label: "stallmon.test") { _ in
+            CallbackLogHandler { message in
+                guard message.contains("blocks the sampling signal") else { return }
+                monitorBox.withLock { $0 }?.stop()
+                stopped.signal()
+            }
+        }
+        let configuration = StallMonitorConfiguration(
+            threshold: .milliseconds(100), reportDirectory: makeTemporaryDirectory("watchdog-reentrant"))
+        let signal = try configuration.signal.resolve()
+        let loop = try Looper(name: "blocks-the-signal")
+        let monitor = try LooperStallMonitor(loop: loop, configuration: configuration, logger: logger)
+        monitorBox.withLock { $0 = monitor }
+        Thread.detachNewThread { loop.run(for: .seconds(20)) }
+        monitor.start()
+        loop.perform(label: "bind") {}  // the loop binds itself to the capture at its next pass
+        // Then a stall whose samples find the signal blocked: the tracker warns from inside the source's step.
+        loop.perform(label: "stall with the signal blocked") {
+            var blocked = sigset_t()
+            sigemptyset(&blocked)
+            sigaddset(&blocked, signal)
+            pthread_sigmask(SIG_BLOCK, &blocked, nil)
+            let end = Date().addingTimeInterval(0.4)
+            while Date() < end {}
+        }
+        let returned = try await offThePool { stopped.wait(timeout: .now() + 20) == .success }
+        loop.stop()
+        #expect(returned, "the monitor's stop, from the watchdog thread's own log handler, returned")
+    }
+}
