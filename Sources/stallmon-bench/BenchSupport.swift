@@ -142,3 +142,11 @@ func benchDescend(_ depth: Int, stop: StopFlag) -> Int {
     }
     return benchDescend(depth - 1, stop: stop) &+ depth  // not a tail call: every frame stays on the stack
 }
+
+/// This whole process's CPU time so far (user and system), in seconds.
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+        + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}

@@ -28,6 +28,18 @@ struct DetectionQuality {
         var declaredAt: UInt64
         var start: UInt64?
         var durationMs: Double
+
+        init(declaredAt: UInt64, start: UInt64?, durationMs: Double) {
+            self.declaredAt = declaredAt
+            self.start = start
+            self.durationMs = durationMs
+        }
+
+        /// A stallmon report's detection: declared at its first sample's capture (taken right after the decision).
+        init(_ report: StallReport) {
+            self.init(declaredAt: report.start.monotonicNs + UInt64((report.samples.first?.offsetMs ?? 0) * 1e6),
+                      start: report.start.monotonicNs, durationMs: report.durationMs)
+        }
     }
 
     func run(_ results: Results) throws {
@@ -101,11 +113,7 @@ struct DetectionQuality {
         monitor?.stop()
         var detections: [Detection] = []
         if monitored {
-            detections = try ReportReader.scan(directory: directory).reports.map { entry in
-                Detection(declaredAt: entry.report.start.monotonicNs
-                              + UInt64((entry.report.samples.first?.offsetMs ?? 0) * 1e6),
-                          start: entry.report.start.monotonicNs, durationMs: entry.report.durationMs)
-            }
+            detections = try ReportReader.scan(directory: directory).reports.map { Detection($0.report) }
             // The moment of detection is the first sample's capture (taken right after the decision).
         } else {
             detections = probe?.detections ?? []

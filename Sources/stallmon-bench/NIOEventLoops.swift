@@ -190,11 +190,7 @@ struct NIOEventLoops {
         monitor.stop()
         pool.stop()
         let reports = try ReportReader.scan(directory: directory).reports.map(\.report)
-        let detections = reports.filter { $0.loop.hasPrefix("NIO-") }.map { report in
-            DetectionQuality.Detection(declaredAt: report.start.monotonicNs
-                                           + UInt64((report.samples.first?.offsetMs ?? 0) * 1e6),
-                                       start: report.start.monotonicNs, durationMs: report.durationMs)
-        }
+        let detections = reports.filter { $0.loop.hasPrefix("NIO-") }.map(DetectionQuality.Detection.init)
         let scored = DetectionQuality(quick: quick, scratch: scratch, logger: logger).score(injected, detections)
         results.add(Figure(section: "nio", name: "16 loops + pool: recall", value: scored.recall * 100, unit: "%",
                            target: "≥ 99 %"))
@@ -214,16 +210,10 @@ struct NIOEventLoops {
 
     /// The whole process's CPU over `seconds` of doing nothing, in % of one CPU.
     private func idleCPU(seconds: UInt32) -> Double {
-        func cpuSeconds() -> Double {
-            var usage = rusage()
-            getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
-            return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
-                + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
-        }
-        let before = cpuSeconds()
+        let before = processCPUSeconds()
         let start = nowNanoseconds()
         sleep(seconds)
-        return (cpuSeconds() - before) / (Double(nowNanoseconds() - start) / 1e9) * 100
+        return (processCPUSeconds() - before) / (Double(nowNanoseconds() - start) / 1e9) * 100
     }
 
     /// How many threads of this process have one of `names` (their kernel name).
@@ -281,11 +271,7 @@ struct NIOEventLoops {
         var phasesRight = 0.0
         if monitored {
             let reports = try ReportReader.scan(directory: directory).reports.map(\.report)
-            detections = reports.map { report in
-                DetectionQuality.Detection(declaredAt: report.start.monotonicNs
-                                               + UInt64((report.samples.first?.offsetMs ?? 0) * 1e6),
-                                           start: report.start.monotonicNs, durationMs: report.durationMs)
-            }
+            detections = reports.map(DetectionQuality.Detection.init)
             let right = reports.filter { report in
                 truth.contains { item in
                     item.0.start <= report.start.monotonicNs + 2_000_000

@@ -172,13 +172,6 @@ struct UploadThroughput {
                            unit: "%", target: "≈ 0"))
         #endif
     }
-
-    private func processCPUSeconds() -> Double {
-        var usage = rusage()
-        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
-        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
-            + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
-    }
 }
 
 // MARK: - 6. Memory

@@ -53,13 +53,8 @@ struct SeccompFilterTests {
         """#
 
     static func buildLauncher(in directory: String) throws -> String {
-        let source = directory + "/seccomp-launch.c"
-        let launcher = directory + "/seccomp-launch"
-        try launcherSource.write(toFile: source, atomically: true, encoding: .utf8)
-        let compiler = try #require(findTool("cc", "gcc", "clang"), "a C compiler (scripts/test.sh installs gcc)")
-        let status = ChildProcess.run(compiler, ["-O1", "-o", launcher, source], outputPath: directory + "/cc.log")
-        try #require(status == 0, "cc: \((try? String(contentsOfFile: directory + "/cc.log", encoding: .utf8)) ?? "")")
-        return launcher
+        try CCompiler.build(launcherSource, named: "seccomp-launch", in: directory,
+                            output: directory + "/seccomp-launch", flags: ["-O1"])
     }
 
     @Test("the demo under the filter lives, reports its stalls and names the filter", arguments: ["kill", "eperm"])

@@ -460,29 +460,15 @@ enum FaultSharedLibrary {
 
     /// Compiles `paddedSource` with `flags` (after -O1) into `directory`/lib`name`.so.
     static func build(in directory: String, name: String, flags: [String]) throws -> String {
-        let sourcePath = directory + "/\(name).c"
-        try paddedSource.write(toFile: sourcePath, atomically: true, encoding: .utf8)
-        return try compile(sourcePath, into: directory + "/lib\(name).so", log: directory + "/cc-\(name).log",
-                           flags: flags)
-    }
-
-    private static func compile(_ source: String, into output: String, log: String, flags: [String] = []) throws -> String {
-        guard let compiler = findTool("cc", "gcc", "clang") else { throw FaultError("no C compiler (cc) found") }
-        let status = ChildProcess.run(compiler, ["-shared", "-fPIC", "-O1"] + flags + ["-o", output, source],
-                                    timeout: .seconds(60), outputPath: log)
-        guard status == 0 else {
-            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-            throw FaultError("cc failed (\(String(describing: status))): \(text)")
-        }
-        return output
+        try CCompiler.build(paddedSource, named: name, in: directory, output: directory + "/lib\(name).so",
+                            flags: ["-shared", "-fPIC", "-O1"] + flags)
     }
 
     /// Compiles the library `copies` times (distinct files, so they load at different addresses) into `directory`.
     static func build(in directory: String, copies: Int) throws -> [String] {
-        let sourcePath = directory + "/fault_library.c"
-        try source.write(toFile: sourcePath, atomically: true, encoding: .utf8)
-        return try (0..<copies).map { index in
-            try compile(sourcePath, into: directory + "/libfault\(index).so", log: directory + "/cc\(index).log")
+        try (0..<copies).map { index in
+            try CCompiler.build(source, named: "fault_library\(index)", in: directory,
+                                output: directory + "/libfault\(index).so", flags: ["-shared", "-fPIC", "-O1"])
         }
     }
 }

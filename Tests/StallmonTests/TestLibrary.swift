@@ -15,12 +15,8 @@ struct TestLibrary {
     /// loads it.
     init(_ source: String, named name: String, compiler: String, flags: [String]) throws {
         let directory = makeTemporaryDirectory()
-        let sourcePath = directory + "/\(name).c"
-        try source.write(toFile: sourcePath, atomically: true, encoding: .utf8)
-        let library = directory + "/lib\(name).so"
-        let status = ChildProcess.run(compiler, ["-shared", "-fPIC"] + flags + ["-o", library, sourcePath],
-                                      outputPath: directory + "/cc.log")
-        try #require(status == 0, "cc: \((try? String(contentsOfFile: directory + "/cc.log", encoding: .utf8)) ?? "")")
+        let library = try CCompiler.build(source, named: name, in: directory, output: directory + "/lib\(name).so",
+                                          flags: ["-shared", "-fPIC"] + flags, compiler: compiler)
         path = library
         handle = try #require(dlopen(library, RTLD_NOW))
         self.source = source

@@ -58,12 +58,13 @@ package struct ThreadSampler {
     }
 
     /// A pool worker's stack, with its job's await chain: the worker pinned so its thread cannot exit meanwhile, on
-    /// a slot borrowed from `lender` for the capture. nil when the worker is gone (another thread holds its probe).
-    static func capturePinned(_ worker: WorkerReading, lender: SlotLender, labelID: UInt32 = 0) -> RawSample? {
+    /// a slot borrowed from `lender` for the capture; `noSlot` when none is free. nil when the worker is gone
+    /// (another thread holds its probe).
+    static func capturePinned(_ worker: WorkerReading, lender: SlotLender, noSlot: RawSample?) -> RawSample? {
         guard cstallmon_worker_pin(worker.index, worker.generation) == 1 else { return nil }
         defer { cstallmon_worker_unpin(worker.index) }
         var capturer = lender.borrow(for: worker.tid)
         defer { lender.giveBack(&capturer) }
-        return capturer?.capture(labelID: labelID, jobOf: worker) ?? .failed(.notReady, labelID: labelID)
+        return capturer?.capture(labelID: 0, jobOf: worker) ?? noSlot
     }
 }

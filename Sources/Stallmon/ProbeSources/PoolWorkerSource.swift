@@ -131,7 +131,8 @@ final class PoolWorkerSource: ProbeSource {
                                                 busySince: reading.jobSince)
             part.job = reading.job
             part.taskLabel = reading.label
-            if let sample = ThreadSampler.capturePinned(reading, lender: lender) {
+            // No free slot: the entry has no sample, as one taken after its job ended.
+            if let sample = ThreadSampler.capturePinned(reading, lender: lender, noSlot: nil) {
                 // A stack taken once the job was over is another job's: the entry then has none.
                 part.sample = sample.afterJobEnded ? nil : sample
                 if reading.isDrain, let sample = part.sample, sample.status == .ok {

@@ -233,7 +233,8 @@ final class StarvationTracker {
     private func sample(_ worker: WorkerReading) -> RawSample {
         let lender = lender
         return sampler.sample(worker.tid) { _, _ in
-            guard var result = ThreadSampler.capturePinned(worker, lender: lender) else {
+            guard var result = ThreadSampler.capturePinned(worker, lender: lender,
+                                                           noSlot: .failed(.notReady, labelID: 0)) else {
                 return .failed(.signalFailed, labelID: 0)
             }
             // A culprit is its worker over the whole saturation: the jobs that followed its first are what a busy

@@ -99,15 +99,10 @@ struct LoopThreadCostTests {
 
     /// The allocations the loop thread made between its marks, with the counter preloaded.
     static func loopThreadAllocations(scenario: String) async throws -> Int {
-        let compiler = try #require(findTool("cc", "gcc", "clang"), "a C compiler (scripts/test.sh installs gcc)")
         let fixture = try StallmonExecutable.url(named: "stallmon-async-fixture").path
         let root = makeTemporaryDirectory("allocations-\(scenario)")
-        let source = root + "/count-allocations.c"
-        let library = root + "/count-allocations.so"
-        try allocationCounterSource.write(toFile: source, atomically: true, encoding: .utf8)
-        let built = ChildProcess.run(compiler, ["-O1", "-shared", "-fPIC", "-o", library, source],
-                                     outputPath: root + "/cc.log")
-        try #require(built == 0, "cc: \((try? String(contentsOfFile: root + "/cc.log", encoding: .utf8)) ?? "")")
+        let library = try CCompiler.build(allocationCounterSource, named: "count-allocations", in: root,
+                                          output: root + "/count-allocations.so", flags: ["-O1", "-shared", "-fPIC"])
         let environment = StallmonExecutable.environment().merging(["LD_PRELOAD": library]) { $1 }
         let status = try await offThePool {
             ChildProcess.run(fixture, [scenario, root + "/reports", "1000"], timeout: .seconds(120),
