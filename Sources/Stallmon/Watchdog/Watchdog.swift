@@ -156,6 +156,7 @@ final class Watchdog: Sendable {
 
     private func run(_ runner: StoppableThread) {
         registry.withLock { $0.threadID = cstallmon_gettid() }
+        var publishedFreezes = -1  // a new thread publishes its own (empty) record at its first pass
         var freezeDetector = FreezeDetector(thresholdNanoseconds: 100_000_000)
         let snapshots = snapshots
         var answeredSnapshot: UInt64 = 0
@@ -170,7 +171,11 @@ final class Watchdog: Sendable {
             let top = cstallmon_monotonic_ns()
             if let frozen = freezeDetector.passBegins(now: top) { reportFreeze(frozen, to: members) }
             let freezes = freezeDetector.freezes
-            freezesFound.withLock { $0 = freezes }
+            // Published for a source stopped off this thread; only when a freeze was added (rarely), not each pass.
+            if freezes.count != publishedFreezes {
+                publishedFreezes = freezes.count
+                freezesFound.withLock { $0 = freezes }
+            }
             // A snapshot on demand after each source's pass, so that its captures never delay the pass's reading
             // of `now`.
             let request = snapshots.pending(after: answeredSnapshot)
