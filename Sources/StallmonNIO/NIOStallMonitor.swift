@@ -15,7 +15,7 @@ import Synchronization
 ///
 /// ```swift
 /// let monitor = try NIOStallMonitor(group: MultiThreadedEventLoopGroup.singleton,
-///                                   configuration: .init(threshold: .milliseconds(100)))
+///                                   configuration: .init(detection: .init(threshold: .milliseconds(100))))
 /// monitor.start()
 /// ```
 ///

@@ -24,7 +24,7 @@ public final class UploadSink: StallReportSink {
     /// is sent before `LooperStallMonitor.start()`. Errors name the key and never show a secret.
     public init(configuration: StallMonitorConfiguration, logger: Logger) throws(ConfigurationError) {
         try configuration.upload.validate()
-        spool = Spool(reportDirectory: configuration.reportDirectory)
+        spool = Spool(reportDirectory: configuration.reports.directory)
         #if Upload
         uploader = configuration.upload.endpoint == nil
             ? nil : try Uploader(spool: spool, configuration: configuration.upload, logger: logger)

@@ -466,12 +466,12 @@ struct AsyncChild: ParsableCommand {
         var monitorInstance: ConcurrencyStallMonitor?
         let threshold = workload == "stalls" ? 50 : workload == "starvation" ? 100 : 10_000
         if monitor == "on" || monitor == "lean" {
-            var configuration = StallMonitorConfiguration(threshold: .milliseconds(threshold),
-                                                          reportDirectory: reportDir)
-            configuration.poolStatistics = monitor == "on"
-            configuration.sampleInterval = .milliseconds(5)
-            configuration.interimAfter = .milliseconds(threshold * 4)
-            configuration.maxReportsPerSignaturePerHour = 100_000
+            var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(threshold)),
+                                                          reports: .init(directory: reportDir))
+            configuration.analysis.poolStatistics = monitor == "on"
+            configuration.detection.sampleInterval = .milliseconds(5)
+            configuration.detection.interimAfter = .milliseconds(threshold * 4)
+            configuration.reports.maxReportsPerSignaturePerHour = 100_000
             monitorInstance = try ConcurrencyStallMonitor(configuration: configuration)
             monitorInstance?.start()
         }

@@ -19,9 +19,9 @@ struct AwaitChainCost {
         // job reaches. One monitor at a time in a process: stopped before the next section's. Its settings are the
         // defaults: the hooks' statistics switch is process-wide, and section 8 measures the default first (a first
         // version of this monitor with `pool_statistics = off` made section 8's "on" figure that of "off").
-        var configuration = StallMonitorConfiguration(threshold: .seconds(10),
-                                                      reportDirectory: NSTemporaryDirectory() + "stallmon-bench-chain")
-        configuration.interimAfter = .seconds(20)
+        var configuration = StallMonitorConfiguration(
+            detection: .init(threshold: .seconds(10)), reports: .init(directory: NSTemporaryDirectory() + "stallmon-bench-chain"))
+        configuration.detection.interimAfter = .seconds(20)
         let monitor = try ConcurrencyStallMonitor(configuration: configuration, mainActor: false)
         monitor.start()
         defer { monitor.stop() }

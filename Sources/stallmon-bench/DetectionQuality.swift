@@ -83,9 +83,9 @@ struct DetectionQuality {
         let loop = try Looper(name: monitored ? "detect-ours" : "detect-heartbeat")
         let directory = scratch + "/detection-\(monitored)"
         var monitor: LooperStallMonitor?
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(Int(Self.thresholdMs)),
-                                                      sampleInterval: .milliseconds(10), reportDirectory: directory)
-        configuration.maxReportsPerSignaturePerHour = 100_000
+        var configuration = StallMonitorConfiguration(
+            detection: .init(threshold: .milliseconds(Int(Self.thresholdMs)), sampleInterval: .milliseconds(10)), reports: .init(directory: directory))
+        configuration.reports.maxReportsPerSignaturePerHour = 100_000
         if monitored {
             monitor = try LooperStallMonitor(loop: loop, configuration: configuration, logger: logger)
             monitor?.start()

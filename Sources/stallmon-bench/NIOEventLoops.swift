@@ -38,7 +38,7 @@ struct NIOEventLoops {
             var monitor: NIOStallMonitor?
             if withMonitor {
                 monitor = try NIOStallMonitor(group: group, configuration: .init(
-                    threshold: .milliseconds(100), reportDirectory: scratch + "/wrk"), logger: logger)
+                    detection: .init(threshold: .milliseconds(100)), reports: .init(directory: scratch + "/wrk")), logger: logger)
                 monitor?.start()
             }
             let server = try BenchHTTPServer(group: group, injected: nil)
@@ -166,9 +166,9 @@ struct NIOEventLoops {
         defer { try? group.syncShutdownGracefully() }
         let unmonitoredIdle = idleCPU(seconds: quick ? 2 : 5)
         let directory = scratch + "/nio-many-loops"
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(Int(threshold)),
-                                                      sampleInterval: .milliseconds(10), reportDirectory: directory)
-        configuration.maxReportsPerSignaturePerHour = 100_000
+        var configuration = StallMonitorConfiguration(
+            detection: .init(threshold: .milliseconds(Int(threshold)), sampleInterval: .milliseconds(10)), reports: .init(directory: directory))
+        configuration.reports.maxReportsPerSignaturePerHour = 100_000
         let monitor = try NIOStallMonitor(group: group, configuration: configuration, logger: logger)
         let pool = try ConcurrencyStallMonitor(configuration: configuration, logger: logger, mainActor: false)
         monitor.start()
@@ -236,9 +236,9 @@ struct NIOEventLoops {
         defer { try? group.syncShutdownGracefully() }
         let loop = group.next()
         let directory = scratch + "/nio-detection-\(monitored)"
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(Int(DetectionQuality.thresholdMs)),
-                                                      sampleInterval: .milliseconds(10), reportDirectory: directory)
-        configuration.maxReportsPerSignaturePerHour = 100_000
+        var configuration = StallMonitorConfiguration(
+            detection: .init(threshold: .milliseconds(Int(DetectionQuality.thresholdMs)), sampleInterval: .milliseconds(10)), reports: .init(directory: directory))
+        configuration.reports.maxReportsPerSignaturePerHour = 100_000
         let monitor = monitored ? try NIOStallMonitor(group: group, configuration: configuration, logger: logger) : nil
         monitor?.start()
         let injected = Mutex<[(DetectionQuality.Injected, phase: String)]>([])

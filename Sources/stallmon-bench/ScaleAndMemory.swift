@@ -9,8 +9,8 @@ import StallmonLoop
 func makeTemplateReport(scratch: String, logger: Logger) throws -> [UInt8] {
     let directory = scratch + "/template"
     let loop = try Looper(name: "template")
-    let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                           reportDirectory: directory), logger: logger)
+    let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+        detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)), logger: logger)
     monitor.start()
     loop.perform(label: "template") { _ = benchSpin(milliseconds: 120) }
     loop.run(for: .milliseconds(400))
@@ -184,8 +184,8 @@ struct MemoryFootprint {
         print("\n6. Memory: resident set added by a running monitor")
         let loop = try Looper(name: "memory")
         let before = residentBytes()
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: scratch + "/memory"),
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: scratch + "/memory")),
                                              logger: logger)
         monitor.start()
         loop.run(for: .milliseconds(500))

@@ -244,8 +244,8 @@ struct LoopOverhead {
             case .none:
                 break
             case .monitor:
-                monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                                   reportDirectory: scratch + "/loop"),
+                monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+                    detection: .init(threshold: .milliseconds(100)), reports: .init(directory: scratch + "/loop")),
                                                  logger: logger)
                 monitor?.start()
             case .emptyObserver:

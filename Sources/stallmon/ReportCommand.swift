@@ -64,7 +64,7 @@ struct ReportCommand: ParsableCommand {
         // Loaded (and so validated) even when DIR is given: a bad --config, STALLMON_CONFIG or STALLMON_* variable is
         // an error, never silently ignored.
         let configuration = try config.load()
-        let directory = self.directory ?? configuration.reportDirectory
+        let directory = self.directory ?? configuration.reports.directory
         // The summary needs a few members per report; whole reports are only decoded for --folded, --html and
         // --chains.
         let wantsSamples = folded != nil || html != nil || chains

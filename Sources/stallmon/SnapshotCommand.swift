@@ -27,7 +27,7 @@ struct SnapshotCommand: ParsableCommand {
     @OptionGroup var config: ConfigOptions
 
     func run() throws {
-        let directory = try reportDir ?? config.load().reportDirectory
+        let directory = try reportDir ?? config.load().reports.directory
         let path = ControlSocketClient.path(directory: directory, pid: pid)
         switch ControlSocketClient.requestSnapshot(at: path) {
         case .success(let reportPath):

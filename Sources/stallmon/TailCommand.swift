@@ -42,7 +42,7 @@ struct TailCommand: ParsableCommand {
 
     func run() throws {
         let configuration = try config.load()  // validated even when LOG is given
-        let path = log ?? configuration.resolvedEventLogPath
+        let path = log ?? configuration.reports.resolvedEventLogPath
         var reader = LogFollower(path: path)
         guard let initial = reader.readNew() else {
             warn("\(path): cannot read event log")

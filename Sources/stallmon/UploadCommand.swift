@@ -63,14 +63,14 @@ struct UploadCommand: ParsableCommand {
 
     func run() throws {
         var configuration = try config.load()
-        if let directory { configuration.reportDirectory = directory }
+        if let directory { configuration.reports.directory = directory }
         if let endpoint { configuration.upload.endpoint = endpoint }
         if let format { configuration.upload.format = UploadFormat(rawValue: format.lowercased())! }
         var logger = Logger(label: "stallmon.upload")
         logger.logLevel = .info
         do {
             // Before anything in it is read, locked or sent: a directory another user could steer is refused.
-            try DirectoryTrust.verifyIfPresent(configuration.reportDirectory)
+            try DirectoryTrust.verifyIfPresent(configuration.reports.directory)
         } catch {
             warn("\(error)")
             throw ExitCode(1)
@@ -78,7 +78,7 @@ struct UploadCommand: ParsableCommand {
         let uploader: Uploader
         do {
             try configuration.upload.validate()
-            uploader = try Uploader(spool: Spool(reportDirectory: configuration.reportDirectory),
+            uploader = try Uploader(spool: Spool(reportDirectory: configuration.reports.directory),
                                     configuration: configuration.upload, logger: logger)
         } catch {
             throw ValidationError(error.description)

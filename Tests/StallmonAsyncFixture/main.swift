@@ -38,11 +38,12 @@ let RLIMIT_NOFILE_VALUE = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
 
 func makeMonitor(mainActor: Bool = true, statsInterval: Duration = .seconds(60),
                  poolStatistics: Bool = true) -> ConcurrencyStallMonitor {
-    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs), reportDirectory: reportDirectory)
-    configuration.poolStatistics = poolStatistics
-    configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
-    configuration.interimAfter = .seconds(10)
-    configuration.loopStatsInterval = statsInterval
+    var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(thresholdMs)),
+                                                  reports: .init(directory: reportDirectory))
+    configuration.analysis.poolStatistics = poolStatistics
+    configuration.detection.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
+    configuration.detection.interimAfter = .seconds(10)
+    configuration.analysis.loopStatsInterval = statsInterval
     do {
         return try ConcurrencyStallMonitor(configuration: configuration, mainActor: mainActor)
     } catch {
@@ -654,9 +655,9 @@ case "loop-chains":
     for _ in 0..<400 where cstallmon_concurrency_drain_chains() == 0 { try? await Task.sleep(for: .milliseconds(5)) }
     say("drain \(cstallmon_concurrency_drain_chains()) \(cstallmon_current_task_layout())")
     let loop = try Looper(name: "chain-loop")
-    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
-                                                  reportDirectory: reportDirectory)
-    configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
+    var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(thresholdMs)),
+                                                  reports: .init(directory: reportDirectory))
+    configuration.detection.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
     let loopMonitor = try LooperStallMonitor(loop: loop, configuration: configuration)
     loopMonitor.start()
     let keepAlive = loop.schedule(every: .seconds(1), label: "keep-alive") {}
@@ -764,8 +765,9 @@ case "snapshot":
     // "ready" once all three are in place, then everything stays so until REPORT_DIR/../release exists or 20 s pass.
     let monitor = makeMonitor()
     monitor.start()
-    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs), reportDirectory: reportDirectory)
-    configuration.interimAfter = .seconds(60)
+    var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(thresholdMs)),
+                                                  reports: .init(directory: reportDirectory))
+    configuration.detection.interimAfter = .seconds(60)
     let idleLoop = try Looper(name: "idle-loop")
     let busyLoop = try Looper(name: "busy-loop")
     let loopMonitors = [try LooperStallMonitor(loop: idleLoop, configuration: configuration),
@@ -953,9 +955,9 @@ case "unwinder-loader":
     // while a thread holding the loader's list lock waits for a lock the stalled loop thread holds: the handler must
     // not wait for that unwinding thread, which waits for the loader. Prints "done" when every stall ended.
     let loop = try Looper(name: "unwinder-loop")
-    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
-                                                  reportDirectory: reportDirectory)
-    configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
+    var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(thresholdMs)),
+                                                  reports: .init(directory: reportDirectory))
+    configuration.detection.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
     let loopMonitor = try LooperStallMonitor(loop: loop, configuration: configuration)
     loopMonitor.start()
     Thread.detachNewThread { loop.run(for: .seconds(30)) }
@@ -984,9 +986,9 @@ case "unwinder-loader":
 case "second-without-descriptors":
     // A second monitor on the same report directory, made with no descriptor left: it needs none of its own (the
     // watchdog and the pipeline are the process's, made by the first), and both monitors' stalls are reported.
-    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
-                                                  reportDirectory: reportDirectory)
-    configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
+    var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(thresholdMs)),
+                                                  reports: .init(directory: reportDirectory))
+    configuration.detection.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
     let firstLoop = try Looper(name: "first-loop")
     let first = try LooperStallMonitor(loop: firstLoop, configuration: configuration)
     let secondLoop = try Looper(name: "second-loop")
@@ -1033,9 +1035,9 @@ case "second-without-descriptors":
 case "quiet-loop", "quiet-loop-unmonitored":
     // A monitored Looper (or, for comparison, the same loop without a monitor) runs 300 timer iterations of nothing;
     // the loop thread marks the window with getppid(), a call nothing else in this process makes, for strace.
-    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
-                                                  reportDirectory: reportDirectory)
-    configuration.loopStatsInterval = .seconds(3600)
+    var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(thresholdMs)),
+                                                  reports: .init(directory: reportDirectory))
+    configuration.analysis.loopStatsInterval = .seconds(3600)
     let loop = try Looper(name: "quiet-loop")
     let monitor = scenario == "quiet-loop" ? try LooperStallMonitor(loop: loop, configuration: configuration) : nil
     monitor?.start()
@@ -1065,7 +1067,7 @@ case "foreign-handler":
     let number = try foreign.resolve()
     signal(number) { _ in }
     do {
-        _ = try LooperStallMonitor(loop: try Looper(name: "refuse"), configuration: .init(signal: foreign))
+        _ = try LooperStallMonitor(loop: try Looper(name: "refuse"), configuration: .init(detection: .init(signal: foreign)))
         say("error took a signal owned by another handler")
     } catch {
         say("refused \(error)")
@@ -1076,9 +1078,9 @@ case "one-watchdog":
     // stall on two loops at once is reported for both. Prints `watchdogs N` (threads named stallmon-watch).
     let pool = makeMonitor(mainActor: false)
     let group = MultiThreadedEventLoopGroup(numberOfThreads: 8)
-    var configuration = StallMonitorConfiguration(threshold: .milliseconds(thresholdMs),
-                                                  reportDirectory: reportDirectory)
-    configuration.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
+    var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(thresholdMs)),
+                                                  reports: .init(directory: reportDirectory))
+    configuration.detection.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
     let nio = try NIOStallMonitor(group: group, configuration: configuration)
     let loop = try Looper(name: "looper")
     let looper = try LooperStallMonitor(loop: loop, configuration: configuration)

@@ -343,7 +343,7 @@ extension DemoDrivenTests {
 
         @Test("off by default: a hung loop is reported, never aborted")
         func offByDefault() async throws {
-            #expect(StallMonitorConfiguration().hangAction == .none)
+            #expect(StallMonitorConfiguration().hangs.action == .none)
             try await withTemporaryDirectory { temporary in
                 let directory = temporary.path("reports")
                 let demo = try RunningCLI(["demo", "--seconds", "30", "--stalls", "hang", "--report-dir", directory,

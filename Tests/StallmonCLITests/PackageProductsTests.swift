@@ -133,8 +133,8 @@ struct PackageProductsTests {
             }
 
             let loop = try Looper(name: "core-only")
-            let configuration = StallMonitorConfiguration(threshold: .milliseconds(50),
-                                                          reportDirectory: CommandLine.arguments[1])
+            let configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
+                                                          reports: .init(directory: CommandLine.arguments[1]))
             let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
             monitor.start()
             loop.perform(label: "spin") { _ = coreOnlySpin(milliseconds: 150) }
@@ -142,7 +142,7 @@ struct PackageProductsTests {
             print("reports written: \\(monitor.statistics.reportsWritten)")
             // Someone replaces the sampling signal's handler with SIG_DFL (for a real-time signal: terminate the
             // process). The next stall must be timed and reported, and the signal never sent.
-            _ = signal(try configuration.signal.resolve(), SIG_DFL)
+            _ = signal(try configuration.detection.signal.resolve(), SIG_DFL)
             loop.perform(label: "spin-after-replacement") { _ = coreOnlySpin(milliseconds: 150) }
             loop.run(for: .milliseconds(700))
             monitor.stop()

@@ -35,7 +35,8 @@ struct FaultBlockedWriterTests {
         }
         try #require(polled < 3_000, "flock -x never took the lock")
         let logs = InMemoryLogHandler()
-        let configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        let configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
+                                                      reports: .init(directory: directory))
         let loop = try Looper(name: "blocked-writer")
         let monitor = try LooperStallMonitor(loop: loop, configuration: configuration,
                                              logger: Logger(label: "test") { _ in logs })

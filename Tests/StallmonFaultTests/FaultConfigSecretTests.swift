@@ -65,8 +65,8 @@ import Testing
     @Test func commentsStillWork() throws {
         let configuration = try Self.load("# a comment\n  # indented\nthreshold_ms = 250 # ms\nmax_samples = 7\t# tab\n")
             .get()
-        #expect(configuration.threshold == .milliseconds(250))
-        #expect(configuration.maxSamples == 7)
+        #expect(configuration.detection.threshold == .milliseconds(250))
+        #expect(configuration.detection.maxSamples == 7)
     }
 
     @Test func aValueGluedToAHashIsAValueNotAComment() {

@@ -28,8 +28,8 @@ final class FaultDiskHarness {
         directory = reportDirectory
         loop = try Looper(name: name)
         let logs = logs
-        monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                           reportDirectory: reportDirectory),
+        monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: reportDirectory)),
                                          logger: Logger(label: "fault.disk") { _ in logs })
         monitor.start()
         let ticks = ticks

@@ -120,7 +120,8 @@ import Glibc
         defer { try? FileManager.default.removeItem(atPath: root) }
         do {
             _ = try LooperStallMonitor(loop: try Looper(name: "untrusted-at-creation"),
-                                       configuration: .init(threshold: .milliseconds(50), reportDirectory: reports))
+                                       configuration: .init(detection: .init(threshold: .milliseconds(50)),
+                                                            reports: .init(directory: reports)))
             Issue.record("a monitor was created on a planted directory")
         } catch {
             #expect("\(error)".contains("refusing untrusted directory \(reports)"), "\(error)")
@@ -169,7 +170,8 @@ import Glibc
         #expect(try FileManager.default.contentsOfDirectory(atPath: target).isEmpty, "created in the link's target")
         #expect(throws: StallMonitorError.self, "accepted at creation") {
             _ = try LooperStallMonitor(loop: try Looper(name: "through-a-link"),
-                                       configuration: .init(threshold: .milliseconds(50), reportDirectory: reports))
+                                       configuration: .init(detection: .init(threshold: .milliseconds(50)),
+                                                            reports: .init(directory: reports)))
         }
     }
 

@@ -21,8 +21,8 @@ struct StallMonitorServiceTests {
         init(_ name: String = #function) throws {
             directory = makeTemporaryDirectory(name)
             loop = try Looper(name: "lifecycle")
-            monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                               reportDirectory: directory))
+            monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+                detection: .init(threshold: .milliseconds(100)), reports: .init(directory: directory)))
             let loop = loop
             Thread { loop.run() }.start()
         }

@@ -20,7 +20,7 @@ struct NIOSetUpTimeoutTests {
         NIOStallMonitor.willInstallHooks.withLock { $0[key] = { loops in loops[1].execute { usleep(1_000_000) } } }
         defer { _ = NIOStallMonitor.willInstallHooks.withLock { $0.removeValue(forKey: key) } }
         #expect(throws: StallMonitorError.self) {
-            _ = try NIOStallMonitor(group: group, configuration: .init(threshold: .milliseconds(100)),
+            _ = try NIOStallMonitor(group: group, configuration: .init(detection: .init(threshold: .milliseconds(100))),
                                     setUpTimeout: .milliseconds(300))
         }
         // Once the loop is free again its set-up task has run: it must have installed nothing.
@@ -38,7 +38,7 @@ struct NIOSetUpTimeoutTests {
         let outcome = try group.next().submit { () -> (String?, Duration) in
             let started = ContinuousClock.now
             do {
-                _ = try NIOStallMonitor(group: group, configuration: .init(threshold: .milliseconds(100)))
+                _ = try NIOStallMonitor(group: group, configuration: .init(detection: .init(threshold: .milliseconds(100))))
                 return (nil, ContinuousClock.now - started)
             } catch {
                 return ("\(error)", ContinuousClock.now - started)
@@ -61,7 +61,7 @@ struct NIOSetUpTimeoutTests {
         defer { _ = NIOStallMonitor.willInstallHooks.withLock { $0.removeValue(forKey: key) } }
         let started = ContinuousClock.now
         #expect(throws: StallMonitorError.self) {
-            _ = try NIOStallMonitor(group: group, configuration: .init(threshold: .milliseconds(100)),
+            _ = try NIOStallMonitor(group: group, configuration: .init(detection: .init(threshold: .milliseconds(100))),
                                     setUpTimeout: .milliseconds(600))
         }
         let took = ContinuousClock.now - started

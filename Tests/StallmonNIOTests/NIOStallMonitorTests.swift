@@ -17,7 +17,8 @@ struct NIOStallMonitorTests {
     /// under the threshold, on a quiet machine).
     static let nearMiss = 40
     func configuration(_ directory: String) -> StallMonitorConfiguration {
-        StallMonitorConfiguration(threshold: .milliseconds(Self.threshold), reportDirectory: directory)
+        StallMonitorConfiguration(detection: .init(threshold: .milliseconds(Self.threshold)),
+                                  reports: .init(directory: directory))
     }
 
     /// A CPU-bound stall beside other tests on 2 cores may spend most of its time waiting for a CPU: `starved` is
@@ -322,10 +323,10 @@ struct NIOStallMonitorTests {
         defer { try? group.syncShutdownGracefully() }
         // A short capture timeout: the first capture gives up long before the task unblocks the signal at 200 ms.
         var settings = configuration(directory)
-        settings.captureTimeout = .milliseconds(20)
+        settings.detection.captureTimeout = .milliseconds(20)
         let monitor = try NIOStallMonitor(group: group, configuration: settings)
         monitor.start()
-        let signal = try monitor.configuration.signal.resolve()
+        let signal = try monitor.configuration.detection.signal.resolve()
         try group.next().submit {
             var blocked = sigset_t()
             sigemptyset(&blocked)

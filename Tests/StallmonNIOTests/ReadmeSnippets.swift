@@ -13,7 +13,7 @@ func readmeNIOSnippet0() throws {
 
 // Plain NIO, a group of your own.
 let group = MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
-let monitor = try NIOStallMonitor(group: group, configuration: .init(threshold: .milliseconds(100)))
+let monitor = try NIOStallMonitor(group: group, configuration: .init(detection: .init(threshold: .milliseconds(100))))
 monitor.start()
 // ... ServerBootstrap(group: group) ...
 monitor.stop()  // joins threads: from async code, call it off the cooperative pool (StallMonitorService does)

@@ -15,8 +15,8 @@ struct StallMonitorServiceTests {
     @Test func gracefulShutdownStopsTheMonitorAndWritesTheStallInProgress() async throws {
         let directory = makeTemporaryDirectory()
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let monitor = try NIOStallMonitor(group: group, configuration: .init(threshold: .milliseconds(60),
-                                                                             reportDirectory: directory))
+        let monitor = try NIOStallMonitor(group: group, configuration: .init(
+            detection: .init(threshold: .milliseconds(60)), reports: .init(directory: directory)))
         let services = ServiceGroup(services: [StallMonitorService(monitor)], gracefulShutdownSignals: [],
                                     cancellationSignals: [], logger: Logger(label: "test"))
         let running = Task { try await services.run() }
@@ -40,7 +40,7 @@ struct StallMonitorServiceTests {
         #expect(reports.first?.phase == "tasks")
         try await stall.get()
         // Stopped: a second monitor of the same group is accepted.
-        try NIOStallMonitor(group: group, configuration: .init(reportDirectory: directory)).stop()
+        try NIOStallMonitor(group: group, configuration: .init(reports: .init(directory: directory))).stop()
         try await group.shutdownGracefully()
     }
 }

@@ -9,13 +9,12 @@ struct ConfigurationTests {
     /// default when it is not.
     @Test func everyPropertyCanBeGivenToTheInitializer() {
         let defaults = StallMonitorConfiguration()
-        #expect(defaults.poolStatistics && defaults.hangAction == .none && defaults.hangAbortAfter == .seconds(60))
-        #expect(defaults.systemdWatchdog == .auto && defaults.systemdHangAfter == .seconds(10) && defaults.controlSocket)
-        let given = StallMonitorConfiguration(poolStatistics: false, hangAction: .abort, hangAbortAfter: .seconds(5),
-                                              systemdWatchdog: .off, systemdHangAfter: .seconds(3),
-                                              controlSocket: false)
-        #expect(!given.poolStatistics && given.hangAction == .abort && given.hangAbortAfter == .seconds(5))
-        #expect(given.systemdWatchdog == .off && given.systemdHangAfter == .seconds(3) && !given.controlSocket)
+        #expect(defaults.analysis.poolStatistics && defaults.hangs.action == .none && defaults.hangs.abortAfter == .seconds(60))
+        #expect(defaults.hangs.systemdWatchdog == .auto && defaults.hangs.systemdHangAfter == .seconds(10) && defaults.hangs.controlSocket)
+        let given = StallMonitorConfiguration(
+            analysis: .init(poolStatistics: false), hangs: .init(action: .abort, abortAfter: .seconds(5), systemdWatchdog: .off, systemdHangAfter: .seconds(3), controlSocket: false))
+        #expect(!given.analysis.poolStatistics && given.hangs.action == .abort && given.hangs.abortAfter == .seconds(5))
+        #expect(given.hangs.systemdWatchdog == .off && given.hangs.systemdHangAfter == .seconds(3) && !given.hangs.controlSocket)
     }
 
     @Test func defaultsAreValid() throws {
@@ -36,12 +35,12 @@ struct ConfigurationTests {
 
     @Test func theHangLimitsAreCheckedOnlyWhenActedOn() throws {
         // A threshold past the hang defaults (10 s, 60 s) is no error while nothing acts on them.
-        let long = StallMonitorConfiguration(threshold: .seconds(90), interimAfter: .seconds(360))
+        let long = StallMonitorConfiguration(detection: .init(threshold: .seconds(90), interimAfter: .seconds(360)))
         try long.validate()
         var aborting = long
-        aborting.hangAction = .abort
+        aborting.hangs.action = .abort
         #expect(throws: ConfigurationError.self) { try aborting.validate() }
-        aborting.hangAbortAfter = .seconds(120)
+        aborting.hangs.abortAfter = .seconds(120)
         try aborting.validate()
     }
 
@@ -80,13 +79,13 @@ struct ConfigurationTests {
         try "threshold_ms = 250\nreport_dir = /var/lib/x\n".write(toFile: path, atomically: true, encoding: .utf8)
         let loaded = try StallMonitorConfiguration.load(
             file: path, environment: ["STALLMON_THRESHOLD_MS": "40", "STALLMON_SAMPLE_INTERVAL_MS": "5", "PATH": "/bin"])
-        #expect(loaded.threshold == .milliseconds(40))
-        #expect(loaded.sampleInterval == .milliseconds(5))
-        #expect(loaded.reportDirectory == "/var/lib/x")
-        #expect(loaded.resolvedEventLogPath == "/var/lib/x/events.jsonl")
-        #expect(loaded.lockHolderStacks)
+        #expect(loaded.detection.threshold == .milliseconds(40))
+        #expect(loaded.detection.sampleInterval == .milliseconds(5))
+        #expect(loaded.reports.directory == "/var/lib/x")
+        #expect(loaded.reports.resolvedEventLogPath == "/var/lib/x/events.jsonl")
+        #expect(loaded.analysis.lockHolderStacks)
         #expect(try !StallMonitorConfiguration.load(file: nil, environment: ["STALLMON_LOCK_HOLDER_STACKS": "off"])
-                    .lockHolderStacks)
+                    .analysis.lockHolderStacks)
     }
 
     @Test func theDefaultReportDirectoryIsAbsoluteAndFollowsSystemd() {
@@ -115,7 +114,7 @@ struct ConfigurationTests {
     @Test func theMonitorRefusesAnInvalidConfiguration() throws {
         let loop = try Looper(name: "x")
         #expect(throws: StallMonitorError.self) {
-            _ = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .zero))
+            _ = try LooperStallMonitor(loop: loop, configuration: .init(detection: .init(threshold: .zero)))
         }
     }
 }
@@ -142,13 +141,13 @@ struct ConfigurationExtremeValueTests {
                     try loaded.validate()
                     // What the monitor and the uploader derive from the durations, as they do (a trapping conversion
                     // of what validation keeps positive: a value it let through negative ends this test).
-                    for duration in [loaded.threshold, loaded.sampleInterval, loaded.interimAfter,
-                                     loaded.captureTimeout, loaded.upload.batchMaxAge, loaded.upload.requestTimeout,
+                    for duration in [loaded.detection.threshold, loaded.detection.sampleInterval, loaded.detection.interimAfter,
+                                     loaded.detection.captureTimeout, loaded.upload.batchMaxAge, loaded.upload.requestTimeout,
                                      loaded.upload.backoffBase, loaded.upload.backoffMax, loaded.upload.retryAfterCap,
-                                     loaded.reportMaxAge, loaded.upload.spoolMaxAge, loaded.upload.rejectedMaxAge] {
+                                     loaded.reports.maxAge, loaded.upload.spoolMaxAge, loaded.upload.rejectedMaxAge] {
                         _ = UInt64(duration.nanosecondsClamped)
                     }
-                    if loaded.hangAction == .abort { _ = UInt64(loaded.hangAbortAfter.nanosecondsClamped) }
+                    if loaded.hangs.action == .abort { _ = UInt64(loaded.hangs.abortAfter.nanosecondsClamped) }
                     accepted += 1
                 } catch {
                     #expect(error.description.contains(key.name) || error.description.contains(variable),

@@ -90,7 +90,7 @@ struct StackCaptureTests {
         defer { cstallmon_release() }
         let loop = try Looper(name: "other-signal")
         do {
-            _ = try LooperStallMonitor(loop: loop, configuration: .init(signal: SamplingSignal(offsetFromRTMin: 7)))
+            _ = try LooperStallMonitor(loop: loop, configuration: .init(detection: .init(signal: SamplingSignal(offsetFromRTMin: 7))))
             Issue.record("installed a second signal")
         } catch {
             #expect(error.description.contains("already samples with SIGRTMIN+3"), "\(error.description)")
@@ -277,8 +277,8 @@ struct StackCaptureTests {
     @Test func framesStartAtTheInterruptedFunctionWithoutHandlerFrames() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "frames")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(60),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(60)), reports: .init(directory: directory)))
         monitor.start()
         loop.perform(label: "spin") { _ = stallmonTestBusySpin(milliseconds: 200) }
         loop.run(for: .milliseconds(400))
@@ -307,8 +307,8 @@ struct StackCaptureTests {
         try #require(loaderAddress != 0, "__tls_get_addr is in ld.so")
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "stale-loader-address")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)))
         monitor.start()
         loop.perform { _ = stallmonTestSpinWithLoaderAddressInFrame(milliseconds: 250, loaderAddress: loaderAddress) }
         loop.run(for: .milliseconds(450))

@@ -29,7 +29,8 @@ struct StallAnalysisTests {
                configure: (inout StallMonitorConfiguration) -> Void = { _ in })
         throws -> (LooperStallMonitor, [StallReport]) {
         let directory = makeTemporaryDirectory()
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(80), reportDirectory: directory)
+        var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(80)),
+                                                      reports: .init(directory: directory))
         configure(&configuration)
         let loop = try Looper(name: "analysis")
         let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
@@ -145,8 +146,9 @@ struct StallAnalysisTests {
 
     @Test func theRateLimitKeepsNReportsPerSignatureAndCountsTheRest() throws {
         let directory = makeTemporaryDirectory()
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
-        configuration.maxReportsPerSignaturePerHour = 2
+        var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
+                                                      reports: .init(directory: directory))
+        configuration.reports.maxReportsPerSignaturePerHour = 2
         let loop = try Looper(name: "limited")
         let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
         monitor.start()
@@ -169,9 +171,10 @@ struct StallAnalysisTests {
     /// every long stall got a report (and an upload) and none was ever counted.
     @Test func longStallsWithInterimReportsAreRateLimitedToo() throws {
         let directory = makeTemporaryDirectory()
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
-        configuration.maxReportsPerSignaturePerHour = 1
-        configuration.interimAfter = .milliseconds(100)
+        var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
+                                                      reports: .init(directory: directory))
+        configuration.reports.maxReportsPerSignaturePerHour = 1
+        configuration.detection.interimAfter = .milliseconds(100)
         let loop = try Looper(name: "limited-long")
         let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
         monitor.start()

@@ -17,8 +17,8 @@ struct SymbolicatorTests {
         // A frame from a real capture: the spinning function, symbolicated by the writer thread.
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "symbols")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)))
         monitor.start()
         loop.perform { _ = stallmonTestBusySpin(milliseconds: 250) }  // ~20 samples, so some land on a line
         loop.run(for: .milliseconds(450))
@@ -125,7 +125,7 @@ struct SymbolicatorTests {
         let loaded = try StallMonitorConfiguration.load(file: nil, environment: [
             "STALLMON_IN_APP_INCLUDE": "ArgumentParser, MyKit", "STALLMON_IN_APP_EXCLUDE": "",
         ])
-        #expect(loaded.inApp == InAppRules(include: ["ArgumentParser", "MyKit"], exclude: []))
+        #expect(loaded.analysis.inApp == InAppRules(include: ["ArgumentParser", "MyKit"], exclude: []))
         #expect(throws: ConfigurationError.self) {
             _ = try StallMonitorConfiguration.load(file: nil, environment: ["STALLMON_IN_APP_EXCLUDE": "a/b"])
         }

@@ -362,7 +362,8 @@ struct UploaderTests {
     @Test func theMonitorUploadsItsReports() throws {
         let receiver = try Receiver()
         let directory = makeTemporaryDirectory()
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
+                                                      reports: .init(directory: directory))
         configuration.upload = testUploadConfiguration(receiver.baseURL)
         let loop = try Looper(name: "uploading")
         let sink = try UploadSink(configuration: configuration, logger: Logger(label: "test"))
@@ -383,7 +384,8 @@ struct UploaderTests {
     /// uploaded, while the README said every visible report had been queued.
     @Test func aReportTheSpoolRefusedIsQueuedOnceTheSpoolWorksAgain() throws {
         let directory = makeTemporaryDirectory()
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
+                                                      reports: .init(directory: directory))
         configuration.upload.spool = true
         let spool = Spool(reportDirectory: directory)
         // pending/ is a file: every link into the spool fails.
@@ -417,7 +419,8 @@ struct UploaderTests {
 
     @Test func aMonitorConfiguredToUploadRefusesToStartWithoutAnUploadSink() throws {
         let directory = makeTemporaryDirectory()
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
+                                                      reports: .init(directory: directory))
         configuration.upload = testUploadConfiguration("http://127.0.0.1:9")
         let loop = try Looper(name: "no-sink")
         #expect {

@@ -14,7 +14,7 @@ import Synchronization
 /// ```swift
 /// @main struct Service {
 ///     static func main() async throws {
-///         let monitor = try ConcurrencyStallMonitor(configuration: .init(threshold: .milliseconds(100)))
+///         let monitor = try ConcurrencyStallMonitor(configuration: .init(detection: .init(threshold: .milliseconds(100))))
 ///         monitor.start()
 ///         defer { monitor.stop() }
 ///         try await runTheService()
@@ -73,8 +73,8 @@ public final class ConcurrencyStallMonitor: Sendable {
                 PoolWorkerSource(poolName: name, mainActorName: mainActorName, collaborators: $0)
             }
             do throws(StallMonitorError) {
-                cstallmon_concurrency_set_statistics(configuration.poolStatistics ? 1 : 0)
-                try Self.installHooks(signal: created.signalNumber, threshold: configuration.threshold)
+                cstallmon_concurrency_set_statistics(configuration.analysis.poolStatistics ? 1 : 0)
+                try Self.installHooks(signal: created.signalNumber, threshold: configuration.detection.threshold)
             } catch {
                 created.stop()
                 throw error

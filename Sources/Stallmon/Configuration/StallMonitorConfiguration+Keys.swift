@@ -5,57 +5,57 @@ extension StallMonitorConfiguration {
 
     /// Detection and capture: when a stall begins, how it is sampled.
     private static let detectionKeys: [ConfigurationKey] = [
-        .milliseconds("threshold_ms", \.threshold),
-        .milliseconds("sample_interval_ms", \.sampleInterval),
-        .integer("max_samples", \.maxSamples),
-        .integer("max_frames", \.maxFrames),
-        .milliseconds("interim_after_ms", \.interimAfter),
-        .milliseconds("capture_timeout_ms", \.captureTimeout),
+        .milliseconds("threshold_ms", \.detection.threshold),
+        .milliseconds("sample_interval_ms", \.detection.sampleInterval),
+        .integer("max_samples", \.detection.maxSamples),
+        .integer("max_frames", \.detection.maxFrames),
+        .milliseconds("interim_after_ms", \.detection.interimAfter),
+        .milliseconds("capture_timeout_ms", \.detection.captureTimeout),
         ConfigurationKey("signal") { (configuration, value) throws(ConfigurationError) in
-            configuration.signal = try SamplingSignal(parsing: value)
+            configuration.detection.signal = try SamplingSignal(parsing: value)
         },
     ]
 
     /// Reports and the event log: where they go, how many are kept.
     private static let reportKeys: [ConfigurationKey] = [
         ConfigurationKey("report_dir") { configuration, value in
-            configuration.reportDirectory = value.isEmpty ? defaultReportDirectory() : value
+            configuration.reports.directory = value.isEmpty ? defaultReportDirectory() : value
         },
-        .optionalText("event_log", \.eventLogPath),
-        .integer("event_log_max_bytes", \.eventLogMaxBytes),
-        .integer("event_log_max_files", \.eventLogMaxFiles),
-        .integer("max_reports_per_signature_per_hour", \.maxReportsPerSignaturePerHour),
-        .integer("report_max_count", \.reportMaxCount),
-        .integer("report_max_bytes", \.reportMaxBytes),
-        .hours("report_max_age_hours", \.reportMaxAge),
+        .optionalText("event_log", \.reports.eventLogPath),
+        .integer("event_log_max_bytes", \.reports.eventLogMaxBytes),
+        .integer("event_log_max_files", \.reports.eventLogMaxFiles),
+        .integer("max_reports_per_signature_per_hour", \.reports.maxReportsPerSignaturePerHour),
+        .integer("report_max_count", \.reports.maxCount),
+        .integer("report_max_bytes", \.reports.maxBytes),
+        .hours("report_max_age_hours", \.reports.maxAge),
     ]
 
     /// Analysis and statistics: what is the service's own code, what is counted beside the stalls.
     private static let analysisKeys: [ConfigurationKey] = [
         ConfigurationKey("in_app_include") { (configuration, value) throws(ConfigurationError) in
-            configuration.inApp.include = try InAppRules.parseModules(value, key: "in_app_include")
+            configuration.analysis.inApp.include = try InAppRules.parseModules(value, key: "in_app_include")
         },
         ConfigurationKey("in_app_exclude") { (configuration, value) throws(ConfigurationError) in
-            configuration.inApp.exclude = try InAppRules.parseModules(value, key: "in_app_exclude")
+            configuration.analysis.inApp.exclude = try InAppRules.parseModules(value, key: "in_app_exclude")
         },
         ConfigurationKey("loop_stats_interval_s") { (configuration, value) throws(ConfigurationError) in
             guard let seconds = Double(value), seconds >= 0, seconds <= 86_400 else {
                 throw .invalid(key: "loop_stats_interval_s", value: value,
                                reason: "expected seconds from 0 (off) to 86400")
             }
-            configuration.loopStatsInterval = .nanoseconds(Int64((seconds * 1e9).rounded()))
+            configuration.analysis.loopStatsInterval = .nanoseconds(Int64((seconds * 1e9).rounded()))
         },
-        .onOff("lock_holder_stacks", \.lockHolderStacks),
-        .onOff("pool_statistics", \.poolStatistics),
+        .onOff("lock_holder_stacks", \.analysis.lockHolderStacks),
+        .onOff("pool_statistics", \.analysis.poolStatistics),
     ]
 
     /// A loop that never comes back: systemd's watchdog, ending the process, the control socket.
     private static let hangKeys: [ConfigurationKey] = [
-        .choice("hang_action", \.hangAction, expected: "none or abort"),
-        .milliseconds("hang_abort_after_ms", \.hangAbortAfter),
-        .choice("systemd_watchdog", \.systemdWatchdog, expected: "auto, on or off"),
-        .milliseconds("systemd_hang_after_ms", \.systemdHangAfter),
-        .onOff("control_socket", \.controlSocket),
+        .choice("hang_action", \.hangs.action, expected: "none or abort"),
+        .milliseconds("hang_abort_after_ms", \.hangs.abortAfter),
+        .choice("systemd_watchdog", \.hangs.systemdWatchdog, expected: "auto, on or off"),
+        .milliseconds("systemd_hang_after_ms", \.hangs.systemdHangAfter),
+        .onOff("control_socket", \.hangs.controlSocket),
     ]
 
     /// Shipping reports: the spool, the endpoint and its credentials, batching and retries.

@@ -24,7 +24,7 @@ package final class LoopThreadMonitor: Sendable {
                  sinks: [any StallReportSink], currentLabel: @escaping @Sendable () -> UInt32 = { 0 },
                  currentMode: @escaping @Sendable () -> String? = { nil },
                  sections: [any StallSection] = []) throws(StallMonitorError) {
-        let probe = LoopProbe(thresholdNanoseconds: UInt64(configuration.threshold.nanosecondsClamped))
+        let probe = LoopProbe(thresholdNanoseconds: UInt64(configuration.detection.threshold.nanosecondsClamped))
         let binding = ThreadBinding()
         let annotations = IterationAnnotations()
         self.probe = probe

@@ -9,8 +9,8 @@ import Synchronization
 ///
 /// ```swift
 /// let loop = try Looper(name: "main")
-/// let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-///                                                                     reportDirectory: "/var/lib/myservice/stalls"))
+/// let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+///     detection: .init(threshold: .milliseconds(100)), reports: .init(directory: "/var/lib/myservice/stalls")))
 /// monitor.start()
 /// loop.run()
 /// ```

@@ -34,7 +34,7 @@ package final class MonitorCore: Sendable {
         try Self.check(configuration, sinks: sinks)
         let signalNumber: Int32
         do {
-            signalNumber = try configuration.signal.resolve()
+            signalNumber = try configuration.detection.signal.resolve()
         } catch {
             throw StallMonitorError(description: error.description)
         }
@@ -84,8 +84,8 @@ package final class MonitorCore: Sendable {
         // An existing directory another user could steer is refused now, before anything starts; one created later
         // is checked again before every write.
         do {
-            try DirectoryTrust.verifyIfPresent(configuration.reportDirectory)
-            try DirectoryTrust.verifyIfPresent(AtomicFile.parentDirectory(of: configuration.resolvedEventLogPath))
+            try DirectoryTrust.verifyIfPresent(configuration.reports.directory)
+            try DirectoryTrust.verifyIfPresent(AtomicFile.parentDirectory(of: configuration.reports.resolvedEventLogPath))
         } catch {
             throw StallMonitorError(description: "stallmon: \(error)")
         }
@@ -115,7 +115,7 @@ package final class MonitorCore: Sendable {
         // The directory exists from the start, so `stallmon report DIR` says "No stalls recorded" for a service that
         // never stalled rather than "no such directory". A failure is not logged here: every write retries it, and
         // the writer logs it once, with the reports it drops.
-        try? AtomicFile.createDirectory(configuration.reportDirectory)
+        try? AtomicFile.createDirectory(configuration.reports.directory)
         beforeWatching()
         pipeline.startSinks(of: client)
         pipeline.startControlSocket(for: client)

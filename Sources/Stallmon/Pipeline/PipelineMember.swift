@@ -25,7 +25,7 @@ final class PipelineMember: Sendable {
 
     /// The retention limits this monitor configured; applied after each report it writes.
     var retentionLimits: ReportRetention.Limits {
-        ReportRetention.Limits(maxCount: configuration.reportMaxCount, maxBytes: configuration.reportMaxBytes,
-                               maxAgeNanoseconds: UInt64(configuration.reportMaxAge.nanosecondsClamped))
+        ReportRetention.Limits(maxCount: configuration.reports.maxCount, maxBytes: configuration.reports.maxBytes,
+                               maxAgeNanoseconds: UInt64(configuration.reports.maxAge.nanosecondsClamped))
     }
 }

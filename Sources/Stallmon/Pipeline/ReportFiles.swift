@@ -74,7 +74,7 @@ struct ReportFiles {
         client.counters.reportsRemovedByRetention.wrappingAdd(removed, ordering: .relaxed)
         client.logger.notice("stallmon: removed old reports beyond the retention limits", metadata: [
             "directory": "\(directory)", "removed": "\(removed)", "oldest": "\(remove[0].name)",
-            "limits": "\(limits.maxCount) reports, \(limits.maxBytes) bytes, \(client.configuration.reportMaxAge)",
+            "limits": "\(limits.maxCount) reports, \(limits.maxBytes) bytes, \(client.configuration.reports.maxAge)",
         ])
     }
 

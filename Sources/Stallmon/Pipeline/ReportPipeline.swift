@@ -35,7 +35,7 @@ final class ReportPipeline: Sendable {
     /// The pipeline for `client`'s report directory, started if this is its first member. Throws when a new
     /// pipeline's writer cannot get its wake-up eventfd.
     static func join(_ client: PipelineMember) throws(FileError) -> ReportPipeline {
-        let key = normalized(client.configuration.reportDirectory)
+        let key = normalized(client.configuration.reports.directory)
         let result: Result<ReportPipeline, FileError> = registry.withLock { registry in
             if let existing = registry[key] {
                 existing.members.withLock { _ = $0.clients.insert(ObjectIdentifier(client)) }
@@ -74,7 +74,7 @@ final class ReportPipeline: Sendable {
     /// Opens the control socket for `client`'s report directory (which exists by now), unless one is open or its
     /// configuration turned it off.
     func startControlSocket(for client: PipelineMember) {
-        guard client.configuration.controlSocket else { return }
+        guard client.configuration.hangs.controlSocket else { return }
         control.withLock { control in
             guard control == nil else { return }
             control = ControlSocket.start(directory: directory, writer: writer, client: client)

@@ -155,7 +155,7 @@ final class ReportWriter: Sendable {
         var report = build(snapshot, client: client, state: &state)
         let decision = state.admission.interim(
             snapshot.id, signature: report.signature, alreadyPublished: state.files.paths[snapshot.id] != nil,
-            limit: client.configuration.maxReportsPerSignaturePerHour, now: cstallmon_monotonic_ns())
+            limit: client.configuration.reports.maxReportsPerSignaturePerHour, now: cstallmon_monotonic_ns())
         if let decision {
             guard decision.write else { return }  // its final is counted as suppressed
             if decision.suppressedBefore > 0 { report.suppressedBefore = decision.suppressedBefore }
@@ -189,7 +189,7 @@ final class ReportWriter: Sendable {
     private func writeSnapshot(_ parts: [SnapshotCoordinator.Part], missing: Int, reply: SnapshotReply,
                                client: PipelineMember, state: inout WriterState) {
         let report = SnapshotReport.build(parts, missing: missing,
-                                          builder: state.reportBuilder(for: client.configuration.inApp))
+                                          builder: state.reportBuilder(for: client.configuration.analysis.inApp))
         guard let path = write(report, client: client, state: &state, toSinks: false) else {
             reply.finish(.failure("the report directory could not be written (see the service's log)"))
             return
@@ -210,7 +210,7 @@ final class ReportWriter: Sendable {
         var report = build(snapshot, client: client, state: &state)
         let decision = state.admission.final(
             snapshot.id, signature: report.signature, alreadyPublished: state.files.paths[snapshot.id] != nil,
-            limit: client.configuration.maxReportsPerSignaturePerHour, now: cstallmon_monotonic_ns())
+            limit: client.configuration.reports.maxReportsPerSignaturePerHour, now: cstallmon_monotonic_ns())
         var path: String?
         if let decision, !decision.write {
             counters.reportsSuppressed.wrappingAdd(1, ordering: .relaxed)
@@ -243,8 +243,8 @@ final class ReportWriter: Sendable {
     }
 
     private func build(_ snapshot: StallEvidence, client: PipelineMember, state: inout WriterState) -> StallReport {
-        if state.builders[client.configuration.inApp] == nil { symbolicatorsCreated.wrappingAdd(1, ordering: .relaxed) }
-        let builder = state.reportBuilder(for: client.configuration.inApp)
+        if state.builders[client.configuration.analysis.inApp] == nil { symbolicatorsCreated.wrappingAdd(1, ordering: .relaxed) }
+        let builder = state.reportBuilder(for: client.configuration.analysis.inApp)
         var report = builder.build(snapshot)
         report.mode = snapshot.mode
         report.job = snapshot.job

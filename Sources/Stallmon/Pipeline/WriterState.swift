@@ -27,10 +27,10 @@ struct WriterState {
     }
 
     mutating func eventLog(for configuration: StallMonitorConfiguration) -> EventLog {
-        let path = configuration.resolvedEventLogPath
+        let path = configuration.reports.resolvedEventLogPath
         if let log = eventLogs[path] { return log }
-        let made = EventLog(path: path, maxBytes: configuration.eventLogMaxBytes,
-                            maxFiles: configuration.eventLogMaxFiles)
+        let made = EventLog(path: path, maxBytes: configuration.reports.eventLogMaxBytes,
+                            maxFiles: configuration.reports.eventLogMaxFiles)
         eventLogs[path] = made
         return made
     }

@@ -64,8 +64,8 @@ final class LoopThreadSource: ProbeSource {
     func pass(now: UInt64, freezes: FreezeTracker) -> ProbePass {
         guard let bound = binding.load() else { return ProbePass(wakeAt: now + idlePoll, watchedNothing: true) }
         if capturer?.slot != bound.slot {
-            capturer = StackCapturer(slot: bound.slot, maxFrames: configuration.maxFrames,
-                                     timeout: configuration.captureTimeout)
+            capturer = StackCapturer(slot: bound.slot, maxFrames: configuration.detection.maxFrames,
+                                     timeout: configuration.detection.captureTimeout)
             boundThread = bound.tid
             reportThreadBinding(bound)
         }
@@ -99,7 +99,7 @@ final class LoopThreadSource: ProbeSource {
     var statisticsDue: UInt64? { loopStats?.nextDue ?? 0 }
 
     func exportStatistics(now: UInt64) {
-        var reporter = loopStats ?? LoopStatsReporter(loopName: loopName, lineInterval: configuration.loopStatsInterval)
+        var reporter = loopStats ?? LoopStatsReporter(loopName: loopName, lineInterval: configuration.analysis.loopStatsInterval)
         defer { loopStats = reporter }
         if let line = reporter.step(now: now, reading: probe.statistics(at: now)) {
             writer.submit(.loopStats(line, threadID: boundThread), from: client)

@@ -60,7 +60,7 @@ final class PoolWorkerSource: ProbeSource {
         self.collaborators = collaborators
         configuration = collaborators.client.configuration
         idlePoll = StallTracker.detectorConfiguration(configuration).idlePoll
-        lender = SlotLender(maxFrames: configuration.maxFrames, timeout: configuration.captureTimeout,
+        lender = SlotLender(maxFrames: configuration.detection.maxFrames, timeout: configuration.detection.captureTimeout,
                             maxOwedSlots: 8)
         poolClasses = Self.poolClasses(poolName: poolName, mainActorName: mainActorName)
         statisticsBaseline = (cstallmon_monotonic_ns(), Self.poolReadings(poolClasses, inProgress: nil))
@@ -97,12 +97,12 @@ final class PoolWorkerSource: ProbeSource {
         return pass
     }
 
-    var statisticsDue: UInt64? { configuration.poolStatistics ? poolStats?.nextDue ?? 0 : nil }
+    var statisticsDue: UInt64? { configuration.analysis.poolStatistics ? poolStats?.nextDue ?? 0 : nil }
 
     func exportStatistics(now: UInt64) {
         guard var reporter = poolStats else {
             // The windows open at the monitor's creation.
-            var reporter = PoolStatsReporter(lineInterval: configuration.loopStatsInterval)
+            var reporter = PoolStatsReporter(lineInterval: configuration.analysis.loopStatsInterval)
             _ = reporter.step(now: statisticsBaseline.at, readings: statisticsBaseline.readings, workers: [:])
             poolStats = reporter
             return
@@ -160,7 +160,7 @@ final class PoolWorkerSource: ProbeSource {
     /// stalled, while its worker is still finishing the job) is finished as usual; one still going on after it
     /// is left as an ongoing report, as is a starvation.
     func stop(freezes: FreezeTracker) {
-        let threshold = UInt64(configuration.threshold.nanosecondsClamped)
+        let threshold = UInt64(configuration.detection.threshold.nanosecondsClamped)
         let grace = cstallmon_monotonic_ns() + min(UInt64(50_000_000), threshold)
         var stalled = workers.values.filter(\.tracker.isStalled)
         while !stalled.isEmpty {

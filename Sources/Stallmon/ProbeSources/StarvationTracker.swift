@@ -63,9 +63,9 @@ final class StarvationTracker {
         self.lender = lender
         sampler = ThreadSampler(counters: client.counters)
         let configuration = client.configuration
-        threshold = UInt64(configuration.threshold.nanosecondsClamped)
-        sampleInterval = UInt64(configuration.sampleInterval.nanosecondsClamped)
-        maxSamples = max(1, min(configuration.maxSamples, 50))
+        threshold = UInt64(configuration.detection.threshold.nanosecondsClamped)
+        sampleInterval = UInt64(configuration.detection.sampleInterval.nanosecondsClamped)
+        maxSamples = max(1, min(configuration.detection.maxSamples, 50))
         capacity = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         decision = StarvationDecision(threshold: threshold, sampleInterval: sampleInterval)
     }

@@ -68,7 +68,7 @@ final class SystemdNotifier: Sendable {
 
     /// A monitor with `configuration` starts: the notifier runs while at least one such monitor does.
     func retain(_ configuration: StallMonitorConfiguration, logger: Logger) -> Bool {
-        let (setup, warning) = Self.setup(mode: configuration.systemdWatchdog)
+        let (setup, warning) = Self.setup(mode: configuration.hangs.systemdWatchdog)
         if let warning { logger.warning("stallmon: \(warning)") }
         guard let setup else { return false }
         return state.withLock { state in

@@ -111,9 +111,9 @@ final class StallTracker {
         sampler = ThreadSampler(counters: client.counters)
         // A holder's capture waits at most 20 ms: the thread's own sample comes after it, and must not be held up by
         // a holder that is slow to take the signal (a late handler drains its slot as usual).
-        holders = HolderSampler(maxFrames: configuration.maxFrames,
-                                timeout: min(configuration.captureTimeout, .milliseconds(20)),
-                                stacks: configuration.lockHolderStacks)
+        holders = HolderSampler(maxFrames: configuration.detection.maxFrames,
+                                timeout: min(configuration.detection.captureTimeout, .milliseconds(20)),
+                                stacks: configuration.analysis.lockHolderStacks)
     }
 
     deinit {
@@ -122,10 +122,10 @@ final class StallTracker {
 
     static func detectorConfiguration(_ configuration: StallMonitorConfiguration) -> StallDetector.Configuration {
         StallDetector.Configuration(
-            threshold: UInt64(configuration.threshold.nanosecondsClamped),
-            sampleInterval: UInt64(configuration.sampleInterval.nanosecondsClamped),
-            maxSamples: configuration.maxSamples,
-            interimAfter: UInt64(configuration.interimAfter.nanosecondsClamped))
+            threshold: UInt64(configuration.detection.threshold.nanosecondsClamped),
+            sampleInterval: UInt64(configuration.detection.sampleInterval.nanosecondsClamped),
+            maxSamples: configuration.detection.maxSamples,
+            interimAfter: UInt64(configuration.detection.interimAfter.nanosecondsClamped))
     }
 
     /// Whether a stall is in progress.
@@ -194,7 +194,7 @@ final class StallTracker {
         let wallNow = cstallmon_realtime_ns()
         var snapshot = StallEvidence(
             id: UUID().uuidString.lowercased(), loopName: loopName, threadID: target.tid,
-            thresholdNanoseconds: UInt64(client.configuration.threshold.nanosecondsClamped), since: since,
+            thresholdNanoseconds: UInt64(client.configuration.detection.threshold.nanosecondsClamped), since: since,
             sinceWall: wallNow - min(wallNow, now - since), durationNanoseconds: now - since,
             durationExact: false, ongoing: true, elapsedAtDetection: now - since,
             labelID: target.currentLabel(), samples: [])
@@ -252,7 +252,7 @@ final class StallTracker {
             if let due { next = next.map { min($0, due) } ?? due }
         }
         if stall.systemdHang != .notYet || systemdIsFed() {
-            let limit = configuration.systemdHangAfter
+            let limit = configuration.hangs.systemdHangAfter
             let progress = advance(stall.systemdHang, limit: limit, action: "watchdog", stalledFor: stalledFor,
                                    now: now, freezes: freezes, target: target)
             current?.systemdHang = progress.state
@@ -263,8 +263,8 @@ final class StallTracker {
                                        metadata: ["loop": "\(loopName)", "stalledMs": "\(stalledFor / 1_000_000)"])
             }
         }
-        if configuration.hangAction == .abort {
-            let progress = advance(stall.abortHang, limit: configuration.hangAbortAfter, action: "abort",
+        if configuration.hangs.action == .abort {
+            let progress = advance(stall.abortHang, limit: configuration.hangs.abortAfter, action: "abort",
                                    stalledFor: stalledFor, now: now, freezes: freezes, target: target)
             current?.abortHang = progress.state
             plan(progress.next)
@@ -345,7 +345,7 @@ final class StallTracker {
             logger.error("""
                 stallmon: the sampling signal's handler was replaced by someone else; stalls are still \
                 timed, but no stack is captured and the signal is never sent
-                """, metadata: ["loop": "\(loopName)", "signal": "\(client.configuration.signal)"])
+                """, metadata: ["loop": "\(loopName)", "signal": "\(client.configuration.detection.signal)"])
         }
         if sample.status != .ok && !sample.handlerReplaced && !warnedAboutBlockedSignal
             && cstallmon_thread_blocks_signal(tid, cstallmon_installed_signal()) == 1

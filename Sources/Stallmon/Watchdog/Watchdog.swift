@@ -49,7 +49,7 @@ final class Watchdog: Sendable {
             self.writer = writer
         }
 
-        var thresholdNanoseconds: UInt64 { UInt64(client.configuration.threshold.nanosecondsClamped) }
+        var thresholdNanoseconds: UInt64 { UInt64(client.configuration.detection.threshold.nanosecondsClamped) }
     }
 
     fileprivate struct Step {
@@ -255,7 +255,7 @@ final class Watchdog: Sendable {
         var logs = Set<String>()
         for member in members {
             member.client.counters.freezes.wrappingAdd(1, ordering: .relaxed)
-            guard logs.insert(member.client.configuration.resolvedEventLogPath).inserted else { continue }
+            guard logs.insert(member.client.configuration.reports.resolvedEventLogPath).inserted else { continue }
             member.writer.submit(.frozen(loopName: member.name, nanoseconds: nanoseconds), from: member.client)
         }
     }

@@ -67,8 +67,8 @@ struct DemoCommand: ParsableCommand {
                                       stallLength: max(Int(thresholdMs * 2.5), 150),
                                       kinds: try DemoService.StallKind.parse(stalls), busyMs: busyMs)
         print("stallmon demo: running for \(seconds) s on loop \"\(loop.name)\" (threshold \(ms(thresholdMs)))")
-        print("  reports:   \(configuration.reportDirectory)/stall-*.json")
-        print("  event log: \(configuration.resolvedEventLogPath)   (stallmon tail --follow \(configuration.resolvedEventLogPath))")
+        print("  reports:   \(configuration.reports.directory)/stall-*.json")
+        print("  event log: \(configuration.reports.resolvedEventLogPath)   (stallmon tail --follow \(configuration.reports.resolvedEventLogPath))")
         print("  echo server on 127.0.0.1:\(service.port)")
         monitor.start()
         asyncMonitor?.start()
@@ -79,7 +79,7 @@ struct DemoCommand: ParsableCommand {
         monitor.stop()
 
         let stalls = printSummary(service: service, monitor: monitor, asyncMonitor: asyncMonitor)
-        try printReports(in: configuration.reportDirectory)
+        try printReports(in: configuration.reports.directory)
         if stalls == 0 && service.stallsInjected.load(ordering: .relaxed) > 0 { throw ExitCode(1) }
     }
 
@@ -87,14 +87,14 @@ struct DemoCommand: ParsableCommand {
     /// elsewhere, its threshold, and sampling and interim reports scaled to it.
     private func demoConfiguration() throws -> StallMonitorConfiguration {
         var configuration = try config.load()
-        configuration.reportDirectory = reportDir
-        configuration.eventLogPath = nil
-        configuration.threshold = .nanoseconds(Int64(thresholdMs * 1_000_000))
-        if configuration.sampleInterval >= configuration.threshold {
-            configuration.sampleInterval = configuration.threshold / 4
+        configuration.reports.directory = reportDir
+        configuration.reports.eventLogPath = nil
+        configuration.detection.threshold = .nanoseconds(Int64(thresholdMs * 1_000_000))
+        if configuration.detection.sampleInterval >= configuration.detection.threshold {
+            configuration.detection.sampleInterval = configuration.detection.threshold / 4
         }
-        if configuration.interimAfter <= configuration.threshold {
-            configuration.interimAfter = configuration.threshold * 4
+        if configuration.detection.interimAfter <= configuration.detection.threshold {
+            configuration.detection.interimAfter = configuration.detection.threshold * 4
         }
         do {
             try configuration.validate()

@@ -151,8 +151,9 @@ struct Service {
                 exit(4)
             }
         }
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(100), reportDirectory: reportDirectory)
-        configuration.sampleInterval = .milliseconds(10)
+        var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(100)),
+                                                      reports: .init(directory: reportDirectory))
+        configuration.detection.sampleInterval = .milliseconds(10)
         let mode = arguments.count > 3 ? arguments[3] : "monitor"
         let plain = mode == "plain"
         let inServiceGroup = mode.hasPrefix("service-group")

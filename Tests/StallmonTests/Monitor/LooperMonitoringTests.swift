@@ -40,9 +40,8 @@ struct LooperMonitoringTests {
     private func monitor(_ loop: Looper, _ directory: String, statsInterval: Duration = .seconds(60)) throws
         -> LooperStallMonitor
     {
-        try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                reportDirectory: directory,
-                                                                loopStatsInterval: statsInterval))
+        try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(100)), reports: .init(directory: directory), analysis: .init(loopStatsInterval: statsInterval)))
     }
 
     @Test func aNestedRunThatServicesItsSourcesIsNotAStall() throws {

@@ -15,8 +15,8 @@ struct StallMonitorTests {
     @Test func aStallOf300msIsReportedOnceWithItsDurationAndStack() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "main")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(100)), reports: .init(directory: directory)))
         monitor.start()
         let spin = Mutex<MeasuredStall?>(nil)
         loop.schedule(after: .milliseconds(50), label: "spin-timer") {
@@ -55,8 +55,8 @@ struct StallMonitorBehaviourTests {
     @Test func theReportDirectoryExistsFromTheStartEvenWithoutAStall() throws {
         let directory = makeTemporaryDirectory() + "/not/yet/there"
         let loop = try Looper(name: "quiet")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(100)), reports: .init(directory: directory)))
         monitor.start()
         var info = stat()
         #expect(stat(directory, &info) == 0, "created at start()")
@@ -81,7 +81,8 @@ struct StallMonitorBehaviourTests {
         let thread = runOnThread(loop, for: .seconds(120))
         defer { busy.store(false, ordering: .relaxed); loop.stop(); _ = thread }
         #expect(eventually { loop.isRunning })
-        let configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        let configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
+                                                      reports: .init(directory: directory))
         for cycle in 0..<1000 {
             let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
             monitor.start()
@@ -107,8 +108,8 @@ struct StallMonitorBehaviourTests {
     @Test func aLoopIdleInEpollForSecondsProducesNoReport() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "idle")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)))
         monitor.start()
         loop.schedule(every: .milliseconds(400), label: "rare") {}
         loop.run(for: .milliseconds(1500))
@@ -120,8 +121,8 @@ struct StallMonitorBehaviourTests {
     @Test func blocksQueuedTogetherRunInOnePassAndStallAsOne() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "burst")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(100)), reports: .init(directory: directory)))
         monitor.start()
         for _ in 0..<4 { loop.perform(label: "burst") { _ = stallmonTestBusySpin(milliseconds: 40) } }
         loop.run(for: .milliseconds(500))
@@ -134,8 +135,8 @@ struct StallMonitorBehaviourTests {
     @Test func manyIterationsJustUnderTheThresholdProduceNone() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "almost")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(100),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(100)), reports: .init(directory: directory)))
         monitor.start()
         postChainedSpins(loop, count: 12, milliseconds: 70, label: "almost")
         loop.run(for: .milliseconds(1200))
@@ -152,7 +153,7 @@ struct StallMonitorBehaviourTests {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "long")
         let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
-            threshold: .milliseconds(50), interimAfter: .milliseconds(250), reportDirectory: directory))
+            detection: .init(threshold: .milliseconds(50), interimAfter: .milliseconds(250)), reports: .init(directory: directory)))
         monitor.start()
         let seenOngoing = Mutex<StallReport?>(nil)
         let stalledFor = Mutex<Double>(0)
@@ -193,8 +194,8 @@ struct StallMonitorBehaviourTests {
         let root = makeTemporaryDirectory()
         let directory = root + "/nested/reports"
         let loop = try Looper(name: "files")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)))
         monitor.start()
         // Three times the threshold: each stall is seen even by a watchdog woken 100 ms late (a loaded machine).
         postChainedSpins(loop, count: 3, milliseconds: 150)
@@ -228,8 +229,8 @@ struct StallMonitorBehaviourTests {
         _ = FileManager.default.createFile(atPath: blocker, contents: Data("x".utf8))
         let loop = try Looper(name: "unwritable")
         let logs = InMemoryLogHandler()
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: blocker + "/reports"),
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: blocker + "/reports")),
                                              logger: Logger(label: "test") { _ in logs })
         monitor.start()
         let ticks = Atomic<Int>(0)
@@ -252,7 +253,8 @@ struct StallMonitorBehaviourTests {
         let second = try Looper(name: "second")
         let monitors = try [first, second].map {
             try LooperStallMonitor(loop: $0,
-                                   configuration: .init(threshold: .milliseconds(60), reportDirectory: directory))
+                                   configuration: .init(detection: .init(threshold: .milliseconds(60)),
+                                                        reports: .init(directory: directory)))
         }
         monitors.forEach { $0.start() }
         first.perform(label: "first.work") { _ = stallmonTestBusySpin(milliseconds: 200) }
@@ -274,8 +276,8 @@ struct StallMonitorBehaviourTests {
     @Test func stoppingMidStallLeavesAnOngoingReport() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "stopped")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)))
         monitor.start()
         loop.perform {
             _ = stallmonTestBusySpin(milliseconds: 150)

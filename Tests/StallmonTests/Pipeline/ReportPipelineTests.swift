@@ -25,7 +25,8 @@ struct ReportPipelineTests {
         let loops = try (0..<16).map { try Looper(name: "loop-\($0)") }
         let monitors = try loops.map {
             try LooperStallMonitor(loop: $0,
-                                   configuration: .init(threshold: .milliseconds(80), reportDirectory: directory),
+                                   configuration: .init(detection: .init(threshold: .milliseconds(80)),
+                                                        reports: .init(directory: directory)),
                                    sinks: [sink])
         }
         monitors.forEach { $0.start() }
@@ -69,8 +70,8 @@ struct ReportPipelineTests {
         let first = makeTemporaryDirectory()
         let second = makeTemporaryDirectory()
         let loop = try Looper(name: "shared")
-        let a = try LooperStallMonitor(loop: loop, configuration: .init(reportDirectory: first))
-        let b = try LooperStallMonitor(loop: loop, configuration: .init(reportDirectory: second + "/"))
+        let a = try LooperStallMonitor(loop: loop, configuration: .init(reports: .init(directory: first)))
+        let b = try LooperStallMonitor(loop: loop, configuration: .init(reports: .init(directory: second + "/")))
         let pipelineA = try #require(ReportPipeline.existing(for: first))
         let pipelineB = try #require(ReportPipeline.existing(for: second))
         #expect(pipelineA !== pipelineB)
@@ -84,9 +85,9 @@ struct ReportPipelineTests {
     @Test func aMonitorCreatedAfterTheLastOneLeftGetsAFreshPipelineThatWrites() throws {
         let directory = makeTemporaryDirectory()
         let loop = try Looper(name: "again")
-        try LooperStallMonitor(loop: loop, configuration: .init(reportDirectory: directory)).stop()
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: directory))
+        try LooperStallMonitor(loop: loop, configuration: .init(reports: .init(directory: directory))).stop()
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)))
         monitor.start()
         loop.perform { _ = stallmonTestBusySpin(milliseconds: 120) }
         loop.run(for: .milliseconds(300))

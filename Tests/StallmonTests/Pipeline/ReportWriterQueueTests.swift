@@ -15,7 +15,8 @@ struct ReportWriterQueueTests {
 
     @Test func aFinalRefusedByTheFullQueueLeavesNothingKept() throws {
         let directory = makeTemporaryDirectory("writer-queue")
-        let configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
+        let configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
+                                                      reports: .init(directory: directory))
         let client = PipelineMember(configuration: configuration,
                                   logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
                                   counters: MonitorCounters(), loopName: "main", sinks: [])

@@ -91,8 +91,9 @@ struct ReportRetentionTests {
         }
         #expect(link(directory + "/stall-20200101T000001.000Z-bbbbbbbb.json",
                      directory + "/spool/pending/stall-20200101T000001.000Z-bbbbbbbb.json") == 0)
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: directory)
-        configuration.reportMaxCount = 2
+        var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
+                                                      reports: .init(directory: directory))
+        configuration.reports.maxCount = 2
         let loop = try Looper(name: "retention")
         let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
         monitor.start()

@@ -45,8 +45,8 @@ struct StallReportSinkTests {
         let directory = makeTemporaryDirectory()
         let sink = RecordingSink()
         let loop = try Looper(name: "sinks")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: directory),
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)),
                                              sinks: [sink])
         monitor.start()
         loop.perform(label: "spin") { _ = stallmonTestBusySpin(milliseconds: 120) }
@@ -69,8 +69,8 @@ struct StallReportSinkTests {
         let logs = InMemoryLogHandler()
         let sink = RecordingSink(failWith: "sink is down")
         let loop = try Looper(name: "failing-sink")
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: directory),
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)),
                                              logger: Logger(label: "test") { _ in logs }, sinks: [sink])
         monitor.start()
         postChainedSpins(loop, count: 3, milliseconds: 80)

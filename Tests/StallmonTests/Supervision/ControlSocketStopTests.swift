@@ -31,8 +31,9 @@ struct ControlSocketStopTests {
         try #require(holder >= 0, "errno \(errno)")
         defer { close(holder) }  // the writer, left running by stop(), then finishes on its own
         try #require(flock(holder, LOCK_EX) == 0)
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(50), reportDirectory: reports)
-        configuration.loopStatsInterval = .zero  // no other event line blocks the writer first
+        var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
+                                                      reports: .init(directory: reports))
+        configuration.analysis.loopStatsInterval = .zero  // no other event line blocks the writer first
         let logs = InMemoryLogHandler()
         let monitor = try LooperStallMonitor(loop: try Looper(name: "control-stop"), configuration: configuration,
                                              logger: Logger(label: "control-stop") { _ in logs })

@@ -22,7 +22,8 @@ struct ControlSocketTrustTests {
     /// A monitor on a new `Looper` writing to `reports`, logging into `logs`.
     static func monitor(_ reports: String, _ logs: InMemoryLogHandler, name: String) throws -> LooperStallMonitor {
         try LooperStallMonitor(loop: try Looper(name: name),
-                               configuration: .init(threshold: .milliseconds(50), reportDirectory: reports),
+                               configuration: .init(detection: .init(threshold: .milliseconds(50)),
+                                                    reports: .init(directory: reports)),
                                logger: Logger(label: "control-trust") { _ in logs })
     }
 

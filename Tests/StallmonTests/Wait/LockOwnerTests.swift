@@ -110,8 +110,8 @@ struct LockOwnerMonitorTests {
         -> StallReport
     {
         let loop = try Looper(name: name)
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)))
         monitor.start()
         loop.perform(label: "wait", block)
         loop.run(for: .milliseconds(500))

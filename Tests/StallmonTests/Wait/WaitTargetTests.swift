@@ -64,8 +64,8 @@ struct WaitTargetParsingTests {
 struct WaitTargetMonitorTests {
     private func monitored(_ name: String, _ directory: String) throws -> (Looper, LooperStallMonitor) {
         let loop = try Looper(name: name)
-        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(threshold: .milliseconds(50),
-                                                                               reportDirectory: directory))
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)))
         monitor.start()
         return (loop, monitor)
     }

@@ -19,9 +19,9 @@ struct StallTrackerHangTests {
     /// A tracker whose hang limit is 1 s and interim report due at 2 s, writing through `writer` (started or not).
     static func makeTracker(directory: String, hangs: HangRegistry = HangRegistry())
         -> (tracker: StallTracker, writer: ReportWriter, client: PipelineMember) {
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(100), interimAfter: .milliseconds(2000),
-                                                      reportDirectory: directory)
-        configuration.systemdHangAfter = .seconds(1)
+        var configuration = StallMonitorConfiguration(
+            detection: .init(threshold: .milliseconds(100), interimAfter: .milliseconds(2000)), reports: .init(directory: directory))
+        configuration.hangs.systemdHangAfter = .seconds(1)
         let logger = Logger(label: "stallmon.test", factory: { _ in SwiftLogNoOpLogHandler() })
         let client = PipelineMember(configuration: configuration, logger: logger, counters: MonitorCounters(),
                                   loopName: "hung", sinks: [])
@@ -62,7 +62,7 @@ struct StallTrackerHangTests {
         let directory = makeTemporaryDirectory("stall-tracker-hang")
         let hangs = HangRegistry()
         let (tracker, writer, client) = Self.makeTracker(directory: directory, hangs: hangs)
-        let log = client.configuration.resolvedEventLogPath
+        let log = client.configuration.reports.resolvedEventLogPath
         let holder = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
         try #require(holder >= 0 && flock(holder, LOCK_EX) == 0)
         var held = true
@@ -98,7 +98,7 @@ struct StallTrackerHangTests {
     @Test func aHangWhoseReportCannotBeWrittenIsActedOnAfterFiveSeconds() throws {
         let directory = makeTemporaryDirectory("stall-tracker-hang")
         let (tracker, writer, client) = Self.makeTracker(directory: directory)
-        let holder = open(client.configuration.resolvedEventLogPath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        let holder = open(client.configuration.reports.resolvedEventLogPath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
         try #require(holder >= 0 && flock(holder, LOCK_EX) == 0)
         defer {
             flock(holder, LOCK_UN)
@@ -186,17 +186,15 @@ struct StallTrackerHangTests {
     /// `hang_action = abort`: the watchdog plans a pass at the limit itself, whatever its sampling cadence, so the
     /// abort is late only by the system's scheduling (the end-to-end test, `DemoDrivenTests`, sees the real one).
     @Test func anAbortLimitIsAPlannedPass() {
-        var configuration = StallMonitorConfiguration(threshold: .milliseconds(100),
-                                                      sampleInterval: .milliseconds(1000),
-                                                      interimAfter: .milliseconds(2000),
-                                                      reportDirectory: makeTemporaryDirectory("stall-tracker-hang"))
-        configuration.hangAction = .abort
-        configuration.hangAbortAfter = .milliseconds(1500)
+        var configuration = StallMonitorConfiguration(
+            detection: .init(threshold: .milliseconds(100), sampleInterval: .milliseconds(1000), interimAfter: .milliseconds(2000)), reports: .init(directory: makeTemporaryDirectory("stall-tracker-hang")))
+        configuration.hangs.action = .abort
+        configuration.hangs.abortAfter = .milliseconds(1500)
         let logger = Logger(label: "stallmon.test", factory: { _ in SwiftLogNoOpLogHandler() })
         let client = PipelineMember(configuration: configuration, logger: logger, counters: MonitorCounters(),
                                   loopName: "hung", sinks: [])
         let collaborators = StallTracker.Collaborators(
-            client: client, writer: ReportWriter(directory: configuration.reportDirectory), hangs: HangRegistry(),
+            client: client, writer: ReportWriter(directory: configuration.reports.directory), hangs: HangRegistry(),
             systemdIsFed: { false }, stallCounter: Counter(label: "stallmon_test_stalls"),
             stallDuration: Metrics.Timer(label: "stallmon_test_stall_duration"))
         let tracker = StallTracker(loopName: "hung", annotations: nil, collaborators: collaborators)

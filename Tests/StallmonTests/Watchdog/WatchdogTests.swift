@@ -40,8 +40,8 @@ struct WatchdogTests {
             }
         }
         let configuration = StallMonitorConfiguration(
-            threshold: .milliseconds(100), reportDirectory: makeTemporaryDirectory("watchdog-reentrant"))
-        let signal = try configuration.signal.resolve()
+            detection: .init(threshold: .milliseconds(100)), reports: .init(directory: makeTemporaryDirectory("watchdog-reentrant")))
+        let signal = try configuration.detection.signal.resolve()
         let loop = try Looper(name: "blocks-the-signal")
         let monitor = try LooperStallMonitor(loop: loop, configuration: configuration, logger: logger)
         monitorBox.withLock { $0 = monitor }

@@ -69,8 +69,9 @@ guard arguments.count >= 3 else {
     FileHandle.standardError.write(Data("usage: vapor-stall-service REPORT_DIR PORT_FILE\n".utf8))
     exit(64)
 }
-var configuration = StallMonitorConfiguration(threshold: .milliseconds(100), reportDirectory: arguments[1])
-configuration.sampleInterval = .milliseconds(10)
+var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(100)),
+                                              reports: .init(directory: arguments[1]))
+configuration.detection.sampleInterval = .milliseconds(10)
 let monitors: (ConcurrencyStallMonitor, NIOStallMonitor)
 do {
     monitors = (try ConcurrencyStallMonitor(configuration: configuration),
