@@ -32,7 +32,7 @@ enum HTMLReport {
           td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
           td.frame { font-family: ui-monospace, monospace; font-size: 12px; word-break: break-all; }
           .class { padding: 1px 6px; border-radius: 8px; font-size: 12px; }
-          .cpu { background: #fde2c8; } .blocked { background: #cfe3fb; } .starved { background: #f6d2f0; }
+          .cpu { background: #fde2c8; } .blocked { background: #cfe3fb; } .starved { background: #f6d2f0; } .throttled { background: #f9d6d5; }
           .unknown { background: #eee; }
           #histogram rect { fill: #e8833a; } #histogram text { font-size: 11px; fill: #444; }
           #flame { position: relative; width: 100%; overflow: hidden; border: 1px solid #ddd; }

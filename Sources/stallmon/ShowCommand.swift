@@ -9,8 +9,8 @@ struct ShowCommand: ParsableCommand {
         commandName: "show",
         abstract: "Print one stall report with its most common stack.",
         discussion: """
-            Text output names the loop, thread, duration, what the loop was running, why (cpu, blocked or starved, \
-            with where the thread's time went), the annotations, and the hottest stack (the path most samples \
+            Text output names the loop, thread, duration, what the loop was running, why (cpu, blocked, starved or \
+            throttled, with where the thread's time went and what withheld the CPU), the annotations, and the hottest stack (the path most samples \
             share) innermost frame first with file:line; frames of your own code are marked with '>'. With \
             --format json, prints the report itself (schema stallmon.report/1).
 
@@ -96,6 +96,7 @@ enum ReportText {
             }
             out += "\n"
         }
+        out += Self.contentionLines(report)
         for wait in (report.waitingOn ?? []).prefix(3) {
             out += "  waiting:  \(wait.syscall)" + (wait.target.map { " on \($0)" } ?? "")
                 + " (\(wait.samples) of \(report.samples.count) samples)\n"
@@ -214,6 +215,39 @@ enum ReportText {
     }
 
     /// `<trace id> span <span id>`, as a tracing UI's search takes the trace id; nil when not traced.
+    /// What withheld the CPU: the limit (one sentence when it caused the stall), pressure, steal, and a watchdog
+    /// held back by the same limit.
+    private static func contentionLines(_ report: StallReport) -> String {
+        guard let contention = report.cpuContention else { return "" }
+        var out = ""
+        if let limit = contention.limit, let periods = contention.periods,
+           let throttled = contention.throttledPeriods, let throttledMs = contention.throttledMs {
+            let cpus = String(format: "%g CPU", (limit.cpus * 1000).rounded() / 1000)
+            let bound = contention.throttledWallMs ?? 0
+            let counts = "\(throttled) of \(periods) period\(periods == 1 ? "" : "s") throttled, up to \(ms(bound)) "
+                + "of the \(ms(contention.windowMs)) watched (\(ms(throttledMs)) summed over CPUs)"
+            out += report.stallClass == .throttled
+                ? "  limit:    throttled: the container's CPU limit of \(cpus) was used up; \(counts)"
+                : "  limit:    the container's CPU limit is \(cpus); \(counts)"
+            out += " (cgroup \(limit.cgroup), \(limit.version), period \(ms(limit.periodMs)))\n"
+        }
+        var context: [String] = []
+        if let pressure = contention.pressureSomePercent {
+            context.append(String(format: "some thread waited for a CPU %.0f %% of the time", pressure)
+                + " (\(contention.pressureScope ?? "host") pressure)")
+        }
+        if let steal = contention.stealMs, let window = contention.stealWindowMs {
+            context.append("the hypervisor took \(ms(steal)) per CPU of \(ms(window)) (steal)")
+        }
+        if !context.isEmpty { out += "  cpu:      " + context.joined(separator: "; ") + "\n" }
+        if let wait = contention.watchdogRunDelayMs, wait >= max(10, contention.windowMs / 10) {
+            out += "  watchdog: waited \(ms(wait)) for a CPU itself"
+                + (report.stallClass == .throttled ? " (the same limit)" : "")
+                + ": fewer samples than sample_interval_ms asks for\n"
+        }
+        return out
+    }
+
     private static func trace(_ traceId: String?, _ spanId: String?) -> String? {
         traceId.map { $0 + (spanId.map { " span \($0)" } ?? "") }
     }

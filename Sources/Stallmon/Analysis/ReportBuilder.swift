@@ -32,6 +32,7 @@ package struct ReportBuilder {
             label: LooperLabel(id: snapshot.labelID).name, topFrame: analysis.topFrame ?? sampled.mostFrequentTop,
             captures: Self.captureCounts(snapshot.samples), samples: sampled.samples, frames: table.frames,
             images: symbolicator.images, stallClass: snapshot.threadClass, threadStats: snapshot.threadFigures,
+            cpuContention: snapshot.cpuContention,
             frozenMs: snapshot.frozenNanoseconds > 0 ? Double(snapshot.frozenNanoseconds) / 1e6 : nil,
             signature: analysis.signature, hottestStack: analysis.hottest, callTree: analysis.tree,
             annotations: snapshot.annotations.isEmpty ? nil : snapshot.annotations)

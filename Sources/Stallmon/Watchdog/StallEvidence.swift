@@ -23,6 +23,8 @@ struct StallEvidence: Sendable {
     /// Where the thread's time went while watched, when /proc could tell.
     var threadFigures: StallReport.ThreadFigures? = nil
     var threadClass: StallClass = .unknown
+    /// What withheld the CPU over the same span (the cgroup's limit, pressure, steal).
+    var cpuContention: StallReport.CPUContention? = nil
     /// Whole-process freeze inside the iteration, excluded from `durationNanoseconds`.
     var frozenNanoseconds: UInt64 = 0
     var annotations: [String: String] = [:]

@@ -36,6 +36,9 @@ final class StallTracker {
         /// This stall's own baseline: the shared one moves on as soon as the watchdog sees the next iteration busy,
         /// which, for back-to-back stalls, happens before this one is finished.
         var baseline: Baseline?
+        /// The host's steal and the watchdog's own run delay when the stall was detected.
+        var stealAtDetection: CPUContention.StealReading?
+        var watchdogRunDelayAtDetection: UInt64?
     }
 
     /// A hang limit, as a stall passes it: its report is handed to the writer, and the hang is acted on once the
@@ -58,6 +61,8 @@ final class StallTracker {
         var iteration: UInt64
         var stats: ThreadStats
         var at: UInt64
+        /// The cgroup's throttling and the CPU pressure at the same moment.
+        var contention: CPUContention.Reading
     }
 
     /// What a tracker works with besides the thread it watches, handed to it by the monitor that owns it.
@@ -66,6 +71,8 @@ final class StallTracker {
         var writer: ReportWriter
         /// The process's stalls in progress, which systemd's watchdog pings go by.
         var hangs: HangRegistry
+        /// The process's CPU limit, pressure and steal.
+        var contention: CPUContention
         /// Whether systemd's watchdog is fed in this process (`SystemdNotifier`): then a stall past
         /// `systemd_hang_after_ms` is marked hung.
         var systemdIsFed: () -> Bool
@@ -75,6 +82,7 @@ final class StallTracker {
         /// The process's own registry and notifier, and the monitor's metrics under `name`.
         static func process(client: PipelineMember, writer: ReportWriter, name: String) -> Collaborators {
             Collaborators(client: client, writer: writer, hangs: Watchdog.process.hangs,
+                          contention: Watchdog.process.cpuContention,
                           systemdIsFed: { Watchdog.process.systemd.isFeeding },
                           stallCounter: Counter(label: "stallmon_stalls_total", dimensions: [("loop", name)]),
                           stallDuration: Metrics.Timer(label: "stallmon_stall_duration", dimensions: [("loop", name)]))
@@ -88,6 +96,7 @@ final class StallTracker {
     private let stallCounter: Counter
     private let stallDuration: Metrics.Timer
     private let hangs: HangRegistry
+    private let contention: CPUContention
     private let systemdIsFed: () -> Bool
     private var detector: StallDetector
     private var current: Current?
@@ -102,6 +111,7 @@ final class StallTracker {
         client = collaborators.client
         writer = collaborators.writer
         hangs = collaborators.hangs
+        contention = collaborators.contention
         systemdIsFed = collaborators.systemdIsFed
         stallCounter = collaborators.stallCounter
         stallDuration = collaborators.stallDuration
@@ -153,7 +163,8 @@ final class StallTracker {
         if case .busy(let iteration, let since) = reading {
             adjusted = .busy(iteration: iteration, since: since + freezes.overlap(start: since, end: now))
             if baseline?.iteration != iteration, let stats = ThreadStats.read(tid: target.tid) {
-                baseline = Baseline(iteration: iteration, stats: stats, at: now)
+                baseline = Baseline(iteration: iteration, stats: stats, at: now,
+                                    contention: contention.read(now: now))
             }
         }
         let (actions, wakeAt) = detector.step(adjusted, now: now)
@@ -205,7 +216,9 @@ final class StallTracker {
         holders.endStall()
         if let capture = target.capture { snapshot.samples.append(takeSample(capture, target: target)) }
         current = Current(snapshot: snapshot, lastSeenBusy: now,
-                          baseline: baseline?.iteration == iteration ? baseline : nil)
+                          baseline: baseline?.iteration == iteration ? baseline : nil,
+                          stealAtDetection: contention.readSteal(now: now),
+                          watchdogRunDelayAtDetection: ThreadStats.ownRunDelay())
         hangs.began(id: snapshot.id, loop: loopName, since: since)
         writer.submit(.begin(snapshot), from: client)
         return target.capture != nil
@@ -399,7 +412,23 @@ final class StallTracker {
             sleepMs: Double(wall - cpu - delay) / 1e6,
             voluntarySwitches: Self.growth(from: baseline.stats.voluntarySwitches, to: stats.voluntarySwitches),
             involuntarySwitches: Self.growth(from: baseline.stats.involuntarySwitches, to: stats.involuntarySwitches))
-        snapshot.threadClass = StallClassifier.classify(cpu: cpu, runDelay: delay, wall: wall)
+        snapshot.cpuContention = contentionFigures(since: baseline, until: windowEnd)
+        snapshot.threadClass = StallClassifier.classify(
+            cpu: cpu, runDelay: delay, wall: wall,
+            throttledWall: CPUContention.throttledWallBound(snapshot.cpuContention))
+    }
+
+    /// The CPU limit's throttling and the pressure from the baseline to `end`, steal and the watchdog's own wait
+    /// from the stall's detection.
+    private func contentionFigures(since baseline: Baseline, until end: UInt64) -> StallReport.CPUContention? {
+        let now = cstallmon_monotonic_ns()
+        let ownRunDelay = ThreadStats.ownRunDelay()
+        return contention.figures(
+            from: baseline.contention, to: contention.read(now: max(end, baseline.at + 1)),
+            stealFrom: current?.stealAtDetection, stealTo: contention.readSteal(now: now),
+            watchdogRunDelayNanoseconds: ownRunDelay.flatMap { after in
+                current?.watchdogRunDelayAtDetection.map { after >= $0 ? after - $0 : 0 }
+            })
     }
 
     /// How much a counter grew, 0 when it went back: /proc's status can fail to be read after schedstat was (the

@@ -19,6 +19,8 @@ final class Watchdog: Sendable {
     let snapshots = SnapshotCoordinator()
     let hangs: HangRegistry
     let systemd: SystemdNotifier
+    /// The cgroup's CPU limit and throttling, CPU pressure and steal, read for every source's stalls.
+    let cpuContention = CPUContention()
 
     private init() {
         let hangs = HangRegistry()

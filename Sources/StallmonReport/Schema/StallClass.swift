@@ -4,8 +4,17 @@ public enum StallClass: String, Codable, Sendable, CaseIterable {
     case cpu
     /// Mostly asleep: waiting on I/O, a lock, a sleep.
     case blocked
-    /// Mostly runnable but not running: CPU quota throttling, noisy neighbours, too many threads.
+    /// Mostly runnable but not running, and not because of a CPU limit: other threads of the process, other
+    /// processes (noisy neighbours), the hypervisor (see the report's `cpuContention.stealMs`).
     case starved
+    /// Mostly runnable but not running because the cgroup's CPU limit was used up: its throttled time covers at
+    /// least half of the thread's wait for a CPU (see ReadingAStall).
+    case throttled
     /// Not enough evidence (the thread's figures could not be read).
     case unknown
+
+    /// A class this version does not know (written by a newer one) reads as `unknown`, not as a broken report.
+    public init(from decoder: any Decoder) throws {
+        self = StallClass(rawValue: try decoder.singleValueContainer().decode(String.self)) ?? .unknown
+    }
 }

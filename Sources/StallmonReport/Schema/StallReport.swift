@@ -42,10 +42,12 @@ public struct StallReport: Codable, Sendable, Equatable {
     public var frames: [Frame]
     /// Images loaded at the time (path, build id, load bias), for offline symbolication.
     public var images: [ImageInfo]
-    /// Why the loop stalled: `cpu`, `blocked`, `starved` (JSON key `class`).
+    /// Why the loop stalled: `cpu`, `blocked`, `starved`, `throttled` (JSON key `class`).
     public var stallClass: StallClass?
     /// Where the loop thread's time went while the watchdog watched the stall.
     public var threadStats: ThreadFigures?
+    /// What withheld the CPU over the same span: the cgroup's CPU limit and its throttling, CPU pressure, steal.
+    public var cpuContention: CPUContention?
     /// Time the whole process was frozen (SIGSTOP, debugger, VM freeze) during the iteration; not in `durationMs`.
     public var frozenMs: Double?
     /// Stable id of this kind of stall: a hash of the hottest stack's innermost in-app functions (no addresses).
@@ -159,7 +161,7 @@ public struct StallReport: Codable, Sendable, Equatable {
         case schema, id, ongoing, process, thread, loop, thresholdMs, start, durationMs, durationSource, label
         case traceId, spanId, topFrame, captures, samples, frames, images
         case stallClass = "class"
-        case threadStats, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore, phase, mode
+        case threadStats, cpuContention, frozenMs, signature, hottestStack, callTree, annotations, suppressedBefore, phase, mode
         case waitingOn, job, kind, starvation, hang, snapshot
     }
 
@@ -325,6 +327,60 @@ public struct StallReport: Codable, Sendable, Equatable {
             self.holderStack = holderStack
             self.holderTopFrame = holderTopFrame
             self.holderWaiting = holderWaiting
+        }
+    }
+
+    /// What withheld the CPU from the process while the watchdog watched the stall (see ReadingAStall). Every
+    /// member is absent when it could not be read.
+    public struct CPUContention: Codable, Sendable, Equatable {
+        /// The span of the throttling and pressure figures: the same as `threadStats.windowMs`.
+        public var windowMs: Double
+        /// The tightest CPU limit of the process's cgroup and its ancestors; absent without one.
+        public var limit: CPULimit?
+        /// Enforcement periods of that limit within the span, and how many of them ran out of quota.
+        public var periods: Int?
+        public var throttledPeriods: Int?
+        /// Time the limiting group was throttled within the span, summed over CPUs (so it can exceed the span).
+        public var throttledMs: Double?
+        /// Share of the span in which some thread of the cgroup (`pressureScope` "cgroup", cgroup v2) or of the
+        /// host ("host") waited for a CPU, from `cpu.pressure`'s `some total`.
+        public var pressureSomePercent: Double?
+        public var pressureScope: String?
+        /// The hypervisor's steal over `stealWindowMs` (from the stall's detection on), per CPU of the host.
+        public var stealMs: Double?
+        public var stealWindowMs: Double?
+        /// How long the watchdog itself waited for a CPU over the span: when it is large, the watchdog was held
+        /// back too (by the same limit) and took fewer samples than `sample_interval_ms` asks for.
+        public var watchdogRunDelayMs: Double?
+
+        package init(windowMs: Double) {
+            self.windowMs = windowMs
+        }
+
+        /// The most wall time the limit can have withheld the CPU in the span: at most the time throttled (summed
+        /// over CPUs, so at least the wall time of any one CPU's throttling), at most the throttled periods'
+        /// length, at most the span. nil without throttling figures.
+        public var throttledWallMs: Double? {
+            guard let limit, let throttledPeriods, let throttledMs else { return nil }
+            return max(0, min(throttledMs, Double(throttledPeriods) * limit.periodMs, windowMs))
+        }
+    }
+
+    /// A CFS bandwidth limit: `cpus` CPUs' worth of time per `periodMs` (Kubernetes `limits.cpu`, Docker `--cpus`,
+    /// systemd `CPUQuota=`).
+    public struct CPULimit: Codable, Sendable, Equatable {
+        public var cpus: Double
+        public var periodMs: Double
+        /// The process's cgroup as `/proc/self/cgroup` names it (the limit may sit on an ancestor).
+        public var cgroup: String
+        /// `v1` or `v2`.
+        public var version: String
+
+        package init(cpus: Double, periodMs: Double, cgroup: String, version: String) {
+            self.cpus = cpus
+            self.periodMs = periodMs
+            self.cgroup = cgroup
+            self.version = version
         }
     }
 
@@ -544,6 +600,7 @@ public struct StallReport: Codable, Sendable, Equatable {
         images: [ImageInfo],
         stallClass: StallClass? = nil,
         threadStats: ThreadFigures? = nil,
+        cpuContention: CPUContention? = nil,
         frozenMs: Double? = nil,
         signature: String? = nil,
         hottestStack: HottestStack? = nil,
@@ -571,6 +628,7 @@ public struct StallReport: Codable, Sendable, Equatable {
         self.images = images
         self.stallClass = stallClass
         self.threadStats = threadStats
+        self.cpuContention = cpuContention
         self.frozenMs = frozenMs
         self.signature = signature
         self.hottestStack = hottestStack

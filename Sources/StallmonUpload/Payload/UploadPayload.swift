@@ -247,6 +247,33 @@ enum OTLP {
         return [KeyValue(key: "stallmon.thread.cpu_ms", value: .double(figures.cpuMs)),
                 KeyValue(key: "stallmon.thread.run_delay_ms", value: .double(figures.runDelayMs)),
                 KeyValue(key: "stallmon.thread.sleep_ms", value: .double(figures.sleepMs))]
+            + contentionAttributes(report)
+    }
+
+    /// The CPU limit and its throttling within the stall, pressure and steal.
+    private static func contentionAttributes(_ report: StallReport) -> [KeyValue] {
+        guard let contention = report.cpuContention else { return [] }
+        var attributes: [KeyValue] = []
+        if let limit = contention.limit {
+            attributes.append(KeyValue(key: "stallmon.cpu.limit_cpus", value: .double(limit.cpus)))
+            attributes.append(KeyValue(key: "stallmon.cpu.cgroup", value: .string(limit.cgroup)))
+        }
+        if let periods = contention.periods {
+            attributes.append(KeyValue(key: "stallmon.cpu.periods", value: .int(periods)))
+        }
+        if let throttled = contention.throttledPeriods {
+            attributes.append(KeyValue(key: "stallmon.cpu.throttled_periods", value: .int(throttled)))
+        }
+        if let throttledMs = contention.throttledMs {
+            attributes.append(KeyValue(key: "stallmon.cpu.throttled_ms", value: .double(throttledMs)))
+        }
+        if let pressure = contention.pressureSomePercent {
+            attributes.append(KeyValue(key: "stallmon.cpu.pressure_some_percent", value: .double(pressure)))
+        }
+        if let steal = contention.stealMs {
+            attributes.append(KeyValue(key: "stallmon.cpu.steal_ms", value: .double(steal)))
+        }
+        return attributes
     }
 }
 

@@ -27,7 +27,7 @@ struct StallTrackerHangTests {
                                   loopName: "hung", sinks: [])
         let writer = ReportWriter(directory: directory)
         let collaborators = StallTracker.Collaborators(
-            client: client, writer: writer, hangs: hangs, systemdIsFed: { true },
+            client: client, writer: writer, hangs: hangs, contention: CPUContention(), systemdIsFed: { true },
             stallCounter: Counter(label: "stallmon_test_stalls"),
             stallDuration: Metrics.Timer(label: "stallmon_test_stall_duration"))
         let tracker = StallTracker(loopName: "hung", annotations: nil, collaborators: collaborators)
@@ -194,7 +194,7 @@ struct StallTrackerHangTests {
         let client = PipelineMember(configuration: configuration, logger: logger, counters: MonitorCounters(),
                                   loopName: "hung", sinks: [])
         let collaborators = StallTracker.Collaborators(
-            client: client, writer: ReportWriter(directory: configuration.reports.directory), hangs: HangRegistry(),
+            client: client, writer: ReportWriter(directory: configuration.reports.directory), hangs: HangRegistry(), contention: CPUContention(),
             systemdIsFed: { false }, stallCounter: Counter(label: "stallmon_test_stalls"),
             stallDuration: Metrics.Timer(label: "stallmon_test_stall_duration"))
         let tracker = StallTracker(loopName: "hung", annotations: nil, collaborators: collaborators)
