@@ -18,7 +18,7 @@ import PackageDescription
 //   StallmonLifecycle  runs monitors as a swift-service-lifecycle Service (StallMonitorService), with or without NIO;
 //                   behind the `Lifecycle` trait (on by default, and with NIO)
 //   stallmon        the CLI (demo, report, show, tail, symbolicate, snapshot, upload): links everything
-// C targets hold what Swift cannot do or import: CStallmonMeasure (the clock and the busy-time histogram),
+// C targets hold what Swift cannot do or import: CStallmonMeasure (the clock, the busy-time histogram, the CPU affinity),
 // CStallmonLoopShims (epoll, eventfd, ppoll; the seccomp probe),
 // CStallmonCapture (the signal handler and libunwind capture), CStallmonSymbols (libdw symbolication),
 // CStallmonConcurrency (the global executor's hooks and per-worker probes).

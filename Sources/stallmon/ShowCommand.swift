@@ -185,6 +185,11 @@ enum ReportText {
             "busy": "busy: the workers ran many jobs, none held one throughout (more work than workers)",
         ]
         out += "  why:      \(verdicts[starvation.verdict] ?? starvation.verdict)\n"
+        if let width = starvation.poolWidth, let limit = starvation.cpuLimit, Double(width) > limit.rounded(.up) {
+            out += "  limit:    the pool runs up to \(width) workers at once, one per CPU the process may use, under a "
+                + String(format: "CPU limit of %g CPU", (limit * 1000).rounded() / 1000)
+                + ": its bursts use up the quota and throttle the whole process\n"
+        }
         if let signature = report.signature { out += "  group:    signature \(signature)\n" }
         if let suppressed = report.suppressedBefore, suppressed > 0 {
             out += "  also:     \(suppressed) earlier starvation(s) of this signature got no report (rate limit)\n"

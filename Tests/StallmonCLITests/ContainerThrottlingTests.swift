@@ -1,3 +1,4 @@
+import CStallmonMeasure
 import Foundation
 @testable import StallmonReport
 import StallmonTestSupport
@@ -9,15 +10,17 @@ import Testing
 @Suite(.serialized, .enabled(if: CPUGroup.unavailableReason == nil, "\(CPUGroup.unavailableReason ?? "")"))
 struct ContainerThrottlingTests {
     /// The measured case of issue 43: a busy, healthy loop (30 ms of work per iteration, threshold 50 ms) under
-    /// 0.2 CPU.
+    /// 0.2 CPU, with the demo's async stall on the pool beside it.
     @Test func aLoopUnderAUsedUpQuotaIsThrottledWithTheGroupsFigures() async throws {
         let temporary = try TemporaryDirectory("stallmon-throttled")
         // The highest weight: the tests around it (other processes) cannot add waits of their own, only the quota.
         let group = try CPUGroup(quotaMicroseconds: 20_000, periodMicroseconds: 100_000, shares: CPUGroup.maxShares)
         defer { group.remove() }
         let before = try group.stat()
-        let run = try await group.runDemo(in: temporary, ["--stalls", "none", "--busy-ms", "30", "--threshold-ms", "50",
-                                                          "--seconds", "5"])
+        // With the async stall in the rotation the demo watches the pool too.
+        let run = try await group.runDemo(in: temporary, ["--stalls", "async", "--busy-ms", "30", "--threshold-ms", "50",
+                                                          "--seconds", "5"],
+                                          environment: ["STALLMON_LOOP_STATS_INTERVAL_S": "1"])
         let after = try group.stat()
         let reports = run.reports.values.filter { !$0.ongoing }
         #expect(reports.count >= 10, "\(run.output)")
@@ -45,6 +48,21 @@ struct ContainerThrottlingTests {
         #expect(show.stdout.contains("limit:    throttled: the container's CPU limit of 0.2 CPU was used up;"), "\(show)")
         let summary = try await CLI.run(["report", run.directory])
         #expect(summary.stdout.contains("throttled \(throttled.count)"), "\(summary)")
+
+        // The statistics lines carry the limit and its throttling over their windows; the pool's say its width.
+        let events = try String(contentsOfFile: run.directory + "/events.jsonl", encoding: .utf8)
+            .split(separator: "\n").map { try JSONDecoder().decode(StallEvent.self, from: Data($0.utf8)) }
+        let loopLines = events.filter { $0.event == "loop.stats" }
+        #expect(loopLines.count >= 3 && loopLines.allSatisfy { $0.cpuLimit == 0.2 }, "\(loopLines)")
+        #expect(loopLines.contains { ($0.throttledPeriods ?? 0) > 0 && ($0.throttledMs ?? 0) > 0 }, "\(loopLines)")
+        #expect(loopLines.allSatisfy { ($0.throttledPeriods ?? 0) <= ($0.periods ?? 0) })
+        let width = Int(cstallmon_affinity_cpu_count())
+        let poolLines = events.filter { $0.event == "pool.stats" && $0.workers != nil }
+        #expect(!poolLines.isEmpty && poolLines.allSatisfy { $0.poolWidth == width && $0.cpuLimit == 0.2 },
+                "\(poolLines)")
+        // A pool wider than the limit is said once, at start.
+        let warning = "the Swift Concurrency pool runs up to \(width) workers at once"
+        #expect(run.output.components(separatedBy: warning).count == (width > 1 ? 2 : 1), "\(run.output)")
     }
 
     /// The same loop in a group without a quota, starved by CPU hogs of its own group: waiting for a CPU, not
@@ -124,7 +142,8 @@ struct CPUGroup {
 
     /// `stallmon demo --report-dir DIR arguments…`, started in the group (so the monitor finds its limit from the
     /// first iteration on).
-    func runDemo(in parent: TemporaryDirectory, _ arguments: [String], nice: Int = 0, cpu: Int? = nil) async throws -> (
+    func runDemo(in parent: TemporaryDirectory, _ arguments: [String], nice: Int = 0, cpu: Int? = nil,
+                 environment: [String: String] = [:]) async throws -> (
         directory: String, reports: [String: StallReport], output: String
     ) {
         let directory = parent.path("reports")
@@ -133,7 +152,7 @@ struct CPUGroup {
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", "echo $$ > \(path)/cgroup.procs && exec nice -n \(nice) \(cpu.map { "taskset -c \($0)" } ?? "") \"$0\" \"$@\" > \(output) 2>&1",
                              try StallmonExecutable.url().path, "demo", "--report-dir", directory] + arguments
-        process.environment = StallmonExecutable.environment([:])
+        process.environment = StallmonExecutable.environment(environment)
         try process.run()
         let deadline = ContinuousClock.now + .seconds(60)
         while process.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }

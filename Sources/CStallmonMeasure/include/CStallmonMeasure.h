@@ -20,6 +20,10 @@ uint64_t cstallmon_monotonic_ns(void);
 /// CLOCK_REALTIME in nanoseconds since the Unix epoch, as a call Swift can make. Async-signal-safe.
 uint64_t cstallmon_realtime_ns(void);
 
+/// The CPUs in the calling thread's affinity mask (`sched_getaffinity`, `CPU_COUNT`), or 0 when it cannot be read:
+/// what libdispatch sizes Swift Concurrency's pool by. Not async-signal-safe (it may allocate for a large mask).
+int cstallmon_affinity_cpu_count(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Metrics
 import StallmonReport
 import Synchronization
 
@@ -30,7 +31,7 @@ final class CPUContention: Sendable {
     }
 
     private let discovered = Mutex<Discovered?>(nil)
-    private let readFile: @Sendable (String) -> String?
+    fileprivate let readFile: @Sendable (String) -> String?
 
     init(readFile: @escaping @Sendable (String) -> String? = ProcFile.read) {
         self.readFile = readFile
@@ -99,6 +100,66 @@ final class CPUContention: Sendable {
     /// `StallReport.CPUContention.throttledWallMs` in nanoseconds, for the classifier.
     static func throttledWallBound(_ figures: StallReport.CPUContention?) -> UInt64? {
         figures?.throttledWallMs.map { UInt64($0 * 1e6) }
+    }
+
+    /// The limit's throttling over one statistics window.
+    struct WindowThrottling: Sendable, Equatable {
+        var limitCPUs: Double
+        var periods: UInt64
+        var throttledPeriods: UInt64
+        var throttledNanoseconds: UInt64
+    }
+
+    /// The throttling of the limit over consecutive windows (a `loop.stats` or `pool.stats` line's, the metrics'):
+    /// each `close` gives the growth since the previous one. Owned by one reporter, stepped on the watchdog.
+    struct ThrottlingWindow: Sendable {
+        private var last: CgroupCPU.Throttling?
+
+        /// The growth of the limit's counters since the last call: nil the first time (it opens the window),
+        /// without a limit, or when a counter went back.
+        mutating func close(_ contention: CPUContention) -> WindowThrottling? {
+            guard let cgroup = contention.cgroup, let now = cgroup.readThrottling(readFile: contention.readFile) else {
+                return nil
+            }
+            defer { last = now }
+            guard let last, now.periods >= last.periods, now.throttledPeriods >= last.throttledPeriods,
+                  now.throttledNanoseconds >= last.throttledNanoseconds else { return nil }
+            return WindowThrottling(limitCPUs: cgroup.limit.cpus, periods: now.periods - last.periods,
+                                    throttledPeriods: now.throttledPeriods - last.throttledPeriods,
+                                    throttledNanoseconds: now.throttledNanoseconds - last.throttledNanoseconds)
+        }
+    }
+
+    /// The limit as swift-metrics sees it, every 10 s, for the process (every thread shares the cgroup):
+    /// `stallmon_cpu_limit_cpus`, `stallmon_cpu_periods_total`, `stallmon_cpu_throttled_periods_total`,
+    /// `stallmon_cpu_throttled_seconds_total` (summed over CPUs). Nothing without a limit.
+    struct Metrics {
+        static let interval: UInt64 = 10_000_000_000
+        private(set) var nextDue: UInt64
+        private var window = ThrottlingWindow()
+        private var opened = false
+        private let limit = Gauge(label: "stallmon_cpu_limit_cpus")
+        private let periods = Counter(label: "stallmon_cpu_periods_total")
+        private let throttledPeriods = Counter(label: "stallmon_cpu_throttled_periods_total")
+        private let throttledSeconds = FloatingPointCounter(label: "stallmon_cpu_throttled_seconds_total")
+
+        init(opensAt now: UInt64) {
+            nextDue = now
+        }
+
+        mutating func record(_ contention: CPUContention, now: UInt64) {
+            nextDue = now + Self.interval
+            guard opened else {
+                opened = true
+                _ = window.close(contention)
+                return
+            }
+            guard let growth = window.close(contention) else { return }
+            limit.record(growth.limitCPUs)
+            periods.increment(by: Int64(clamping: growth.periods))
+            throttledPeriods.increment(by: Int64(clamping: growth.throttledPeriods))
+            throttledSeconds.increment(by: Double(growth.throttledNanoseconds) / 1e9)
+        }
     }
 
     // MARK: - Parsing

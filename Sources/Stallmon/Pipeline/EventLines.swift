@@ -56,7 +56,17 @@ enum EventLines {
         event.busyP99Ms = Self.milliseconds(window.busyHistogram, 0.99)
         event.busyMaxMs = Self.milliseconds(window.busyHistogram, 1)
         event.utilization = (window.utilization * 10_000).rounded() / 10_000
+        throttling(&event, line.throttling)
         return event
+    }
+
+    /// The CPU limit and its throttling over a statistics line's window.
+    static func throttling(_ event: inout StallEvent, _ throttling: CPUContention.WindowThrottling?) {
+        guard let throttling else { return }
+        event.cpuLimit = throttling.limitCPUs
+        event.periods = Int(clamping: throttling.periods)
+        event.throttledPeriods = Int(clamping: throttling.throttledPeriods)
+        event.throttledMs = Double(throttling.throttledNanoseconds) / 1e6
     }
 
     /// A pool class's window of jobs: a `pool.stats` line.
@@ -77,6 +87,8 @@ enum EventLines {
         event.slowJobs = Int(clamping: window.slowJobs)
         event.longDelays = Int(clamping: window.longDelays)
         event.workers = window.workers
+        event.poolWidth = window.poolWidth
+        throttling(&event, window.throttling)
         event.utilization = (window.busyRatio * 10_000).rounded() / 10_000
         return event
     }

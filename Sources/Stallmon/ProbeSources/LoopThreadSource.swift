@@ -25,6 +25,8 @@ final class LoopThreadSource: ProbeSource {
     /// Made on the watchdog thread at its first pass, as its metrics are: swift-metrics binds a metric to the
     /// factory bootstrapped when it is made, and a service may bootstrap it after creating the monitor.
     private var loopStats: LoopStatsReporter?
+    /// The CPU limit's throttling over the same windows as the `loop.stats` lines.
+    private var throttlingWindow = CPUContention.ThrottlingWindow()
     private var capturer: StackCapturer?
     private var boundThread: Int32 = 0
     /// The bound thread's pthread_self() (recorded when it warmed up; 0 until then): where its active task is.
@@ -99,9 +101,12 @@ final class LoopThreadSource: ProbeSource {
     var statisticsDue: UInt64? { loopStats?.nextDue ?? 0 }
 
     func exportStatistics(now: UInt64) {
-        var reporter = loopStats ?? LoopStatsReporter(loopName: loopName, lineInterval: configuration.analysis.loopStatsInterval)
+        if loopStats == nil { _ = throttlingWindow.close(Watchdog.process.cpuContention) }  // opens its window
+        var reporter = loopStats
+            ?? LoopStatsReporter(loopName: loopName, lineInterval: configuration.analysis.loopStatsInterval)
         defer { loopStats = reporter }
-        if let line = reporter.step(now: now, reading: probe.statistics(at: now)) {
+        if var line = reporter.step(now: now, reading: probe.statistics(at: now)) {
+            line.throttling = throttlingWindow.close(Watchdog.process.cpuContention)
             writer.submit(.loopStats(line, threadID: boundThread), from: client)
         }
     }

@@ -50,6 +50,10 @@ final class PoolWorkerSource: ProbeSource {
     /// The pool's statistics when the monitor was created: its figures count jobs from then on.
     private let statisticsBaseline: (at: UInt64, readings: [PoolStatsReporter.PoolClass: PoolStatsReporter.Reading])
     private let starvation: StarvationTracker
+    /// The CPU limit's throttling over the same windows as the `pool.stats` lines.
+    private var throttlingWindow = CPUContention.ThrottlingWindow()
+    /// Whether the pool's width was checked against the CPU limit (once, at the first pass).
+    private var widthChecked = false
     /// As of the latest pass: per pool class, how long its running jobs have run; the live workers.
     private var inProgress: [UInt64] = []
     private var workersAlive = 0
@@ -69,6 +73,10 @@ final class PoolWorkerSource: ProbeSource {
     }
 
     func pass(now: UInt64, freezes: FreezeTracker) -> ProbePass {
+        if !widthChecked {
+            widthChecked = true
+            warnIfWiderThanTheLimit()
+        }
         var pass = ProbePass(wakeAt: now + idlePoll)
         inProgress = [UInt64](repeating: 0, count: poolClasses.count)
         workersAlive = 0
@@ -105,12 +113,32 @@ final class PoolWorkerSource: ProbeSource {
             var reporter = PoolStatsReporter(lineInterval: configuration.analysis.loopStatsInterval)
             _ = reporter.step(now: statisticsBaseline.at, readings: statisticsBaseline.readings, workers: [:])
             poolStats = reporter
+            _ = throttlingWindow.close(Watchdog.process.cpuContention)  // opens its window
             return
         }
         defer { poolStats = reporter }
         let windows = reporter.step(now: now, readings: Self.poolReadings(poolClasses, inProgress: inProgress),
                                     workers: [poolName: workersAlive])
-        for window in windows { collaborators.writer.submit(.poolStats(window), from: collaborators.client) }
+        guard !windows.isEmpty else { return }
+        let throttling = throttlingWindow.close(Watchdog.process.cpuContention)
+        let width = PoolWidth.current()
+        for var window in windows {
+            window.throttling = throttling
+            if window.workers != nil { window.poolWidth = width }
+            collaborators.writer.submit(.poolStats(window), from: collaborators.client)
+        }
+    }
+
+    /// One warning when the pool may run more workers at once than the CPU limit gives CPUs: its bursts then use up
+    /// the quota and throttle the whole process. Read on the watchdog, never on a worker.
+    private func warnIfWiderThanTheLimit() {
+        guard let limit = Watchdog.process.cpuContention.cgroup?.limit else { return }
+        let width = PoolWidth.current()
+        if let warning = PoolWidth.warning(width: width, limit: limit) {
+            collaborators.client.logger.warning("stallmon: \(warning)",
+                                                metadata: ["pool": "\(poolName)", "poolWidth": "\(width)",
+                                                           "cpuLimit": "\(PoolWidth.cpus(limit.cpus))"])
+        }
     }
 
     /// A snapshot on demand: each busy worker (its job, label and stack, through a borrowed slot, pinned while

@@ -37,7 +37,8 @@ struct StarvationSection: StallSection {
             verdict: starvation.verdict, saturatedMs: Double(starvation.saturatedNanoseconds) / 1e6,
             oldestWaitMs: Double(starvation.oldestWaitNanoseconds) / 1e6,
             waitedJobs: starvation.waitedJobs.map { Int(clamping: $0) }, jobsRun: starvation.jobsRun.map { Int(clamping: $0) },
-            workers: starvation.workers, culprits: culprits)
+            workers: starvation.workers, culprits: culprits, poolWidth: starvation.poolWidth,
+            cpuLimit: starvation.cpuLimit)
         report.stallClass = starvation.verdict == "busy" ? .cpu : report.stallClass
         let held = culprits.filter(\.heldThroughout)
         // The culprits that held the pool name it; for a busy pool, every job seen on a worker.

@@ -206,7 +206,8 @@ final class StarvationTracker {
             culprits: culprits, verdict: verdict, saturatedNanoseconds: end &- episode.saturatedSince,
             oldestWaitNanoseconds: max(canaryWait, oldestJob),
             waitedJobs: counted ? later.totals.long_delays &- episode.totalsAtBegin.long_delays : nil,
-            jobsRun: counted ? later.totals.jobs &- episode.totalsAtBegin.jobs : nil, workers: episode.workers)
+            jobsRun: counted ? later.totals.jobs &- episode.totalsAtBegin.jobs : nil, workers: episode.workers,
+            poolWidth: PoolWidth.current(), cpuLimit: Watchdog.process.cpuContention.cgroup?.limit.cpus)
         let first = culprits.first?.snapshot
         var snapshot = StallEvidence(
             id: episode.id, loopName: poolName, threadID: first?.threadID ?? 0, thresholdNanoseconds: threshold,

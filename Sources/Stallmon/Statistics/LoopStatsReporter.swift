@@ -9,6 +9,8 @@ struct LoopStatsReporter {
     struct Line: Sendable, Equatable {
         var loopName: String
         var window: LoopStatistics
+        /// The CPU limit's throttling over the same window, when the process has a limit.
+        var throttling: CPUContention.WindowThrottling? = nil
     }
 
     private let loopName: String

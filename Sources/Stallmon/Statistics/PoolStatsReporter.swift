@@ -64,6 +64,10 @@ struct PoolStatsReporter {
         var busyNanoseconds: UInt64
         /// Workers alive at the window's end (threads of the whole pool, all classes; nil for the main actor).
         var workers: Int?
+        /// The workers the pool may run at once (`PoolWidth`; nil for the main actor).
+        var poolWidth: Int? = nil
+        /// The CPU limit's throttling over the window, when the process has a limit.
+        var throttling: CPUContention.WindowThrottling? = nil
 
         /// Busy time ÷ (window × capacity), 0…1.
         var busyRatio: Double {

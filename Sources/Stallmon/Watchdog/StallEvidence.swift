@@ -59,4 +59,7 @@ struct StarvationEvidence: Sendable {
     var waitedJobs: UInt64?
     var jobsRun: UInt64?
     var workers: Int
+    /// The workers the pool may run at once (`PoolWidth`), and the cgroup's CPU limit in CPUs when it has one.
+    var poolWidth: Int? = nil
+    var cpuLimit: Double? = nil
 }

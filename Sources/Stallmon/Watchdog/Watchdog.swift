@@ -164,6 +164,8 @@ final class Watchdog: Sendable {
         var answeredSnapshot: UInt64 = 0
         snapshots.join(ObjectIdentifier(runner), runner: runner)
         defer { snapshots.leave(ObjectIdentifier(runner)) }
+        // Made on this thread, as the sources' metrics are (swift-metrics binds a metric to the factory of its making).
+        var limitMetrics: CPUContention.Metrics?
 
         while !runner.isStopping {
             let members = registry.withLock { $0.members }
@@ -183,6 +185,12 @@ final class Watchdog: Sendable {
             let request = snapshots.pending(after: answeredSnapshot)
             var pass = Pass(wakeAt: top &+ Self.idleWake)
             for member in members { step(member, pass: &pass, freezes: freezes, snapshot: request != nil) }
+            if pass.watchedSomething {
+                var metrics = limitMetrics ?? CPUContention.Metrics(opensAt: top)
+                if top >= metrics.nextDue { metrics.record(cpuContention, now: top) }
+                pass.wakeAt = min(pass.wakeAt, metrics.nextDue)
+                limitMetrics = metrics
+            }
             if let request {
                 answeredSnapshot = request
                 snapshots.contribute(ObjectIdentifier(runner), generation: request, parts: pass.parts)

@@ -67,6 +67,15 @@ public struct StallEvent: Codable, Sendable, Equatable {
     public var longDelays: Int?
     /// `pool.stats`: the pool's worker threads alive at the window's end.
     public var workers: Int?
+    /// `pool.stats`: the workers the pool may run at once per priority, one per CPU the process may use
+    /// (libdispatch reads the CPU affinity, not the CPU limit).
+    public var poolWidth: Int?
+    /// `loop.stats`, `pool.stats`: the cgroup's CPU limit in CPUs, and over the window its enforcement periods, the
+    /// periods that ran out of quota and the time throttled (summed over CPUs); absent without a limit.
+    public var cpuLimit: Double?
+    public var periods: Int?
+    public var throttledPeriods: Int?
+    public var throttledMs: Double?
     /// `stall.hang`: what was done about a hung loop (`abort`, `watchdog`), see `StallReport.Hang`.
     public var action: String?
 
@@ -79,6 +88,7 @@ public struct StallEvent: Codable, Sendable, Equatable {
         case windowS, iterations, busyP50Ms, busyP90Ms, busyP99Ms, busyMaxMs, utilization
         case priority, jobs, runP50Ms, runP90Ms, runP99Ms, runMaxMs, delayP50Ms, delayP90Ms, delayP99Ms, delayMaxMs
         case slowJobs, longDelays, workers, action
+        case poolWidth, cpuLimit, periods, throttledPeriods, throttledMs
     }
 
     public init(time: String, event: String) {

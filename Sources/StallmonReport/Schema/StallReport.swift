@@ -184,9 +184,16 @@ public struct StallReport: Codable, Sendable, Equatable {
         public var workers: Int
         /// The job each busy worker was running when the starvation was detected, longest-running first.
         public var culprits: [Culprit]
+        /// The workers the pool may run at once per priority: one per CPU the process may use, whatever its CPU
+        /// limit (libdispatch reads the affinity mask).
+        public var poolWidth: Int?
+        /// The cgroup's CPU limit in CPUs, when there is one: a pool wider than it throttles itself.
+        public var cpuLimit: Double?
 
         public init(verdict: String, saturatedMs: Double, oldestWaitMs: Double, waitedJobs: Int?, jobsRun: Int?,
-                    workers: Int, culprits: [Culprit]) {
+                    workers: Int, culprits: [Culprit], poolWidth: Int? = nil, cpuLimit: Double? = nil) {
+            self.poolWidth = poolWidth
+            self.cpuLimit = cpuLimit
             self.verdict = verdict
             self.saturatedMs = saturatedMs
             self.oldestWaitMs = oldestWaitMs

@@ -221,3 +221,28 @@ struct ThrottledClassTests {
         #expect(decoded == [.throttled, .unknown])
     }
 }
+
+/// The pool's width against the limit, and the statistics lines' throttling fields.
+struct PoolWidthTests {
+    @Test func aPoolWiderThanTheLimitIsSaidAndOneThatFitsIsNot() throws {
+        let twoCPUs = CgroupCPU.Limit(quotaMicroseconds: 200_000, periodMicroseconds: 100_000)
+        let oneAndAHalf = CgroupCPU.Limit(quotaMicroseconds: 150_000, periodMicroseconds: 100_000)
+        let warning = try #require(PoolWidth.warning(width: 64, limit: twoCPUs))
+        #expect(warning.contains("up to 64 workers") && warning.contains("CPU limit is 2 CPU"), "\(warning)")
+        #expect(PoolWidth.warning(width: 2, limit: twoCPUs) == nil)
+        // 1.5 CPUs run two workers in parallel in part of each period: not wider.
+        #expect(PoolWidth.warning(width: 2, limit: oneAndAHalf) == nil)
+        #expect(PoolWidth.warning(width: 3, limit: oneAndAHalf) != nil)
+        #expect(PoolWidth.cpus(0.2) == "0.2" && PoolWidth.cpus(2) == "2" && PoolWidth.cpus(1.5) == "1.5")
+        #expect(PoolWidth.current() >= 1)
+    }
+
+    @Test func statisticsLinesCarryTheWindowsThrottling() {
+        var event = StallEvent(time: "t", event: "loop.stats")
+        EventLines.throttling(&event, nil)
+        #expect(event.cpuLimit == nil && event.periods == nil)
+        EventLines.throttling(&event, .init(limitCPUs: 0.5, periods: 10, throttledPeriods: 8,
+                                            throttledNanoseconds: 79_000_000))
+        #expect(event.cpuLimit == 0.5 && event.periods == 10 && event.throttledPeriods == 8 && event.throttledMs == 79)
+    }
+}
