@@ -2,7 +2,8 @@
 # Benchmarks behind README "Performance": builds in release mode, prints a table, writes the figures as JSON
 # (default bench-results.json; override with BENCH_OUTPUT=path). Peers measured in the same run: eu-stack (elfutils)
 # and gdb attaching to a stalled process, and a heartbeat-probe detector (the method of ANR-WatchDog and Sentry's
-# first app-hang tracker). Extra arguments go to stallmon-bench (e.g. --quick, --sections loop,capture).
+# first app-hang tracker). Extra arguments go to stallmon-bench (e.g. --quick, --sections loop,capture). Section
+# pool-width needs root and a writable /sys/fs/cgroup/cpu (cgroup v1); it says so and is skipped otherwise.
 # No figure is asserted: this measures, the tests check behaviour.
 set -euo pipefail
 cd "$(dirname "$0")/.."

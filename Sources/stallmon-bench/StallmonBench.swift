@@ -15,7 +15,7 @@ struct StallmonBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stallmon-bench",
         abstract: "Measure stallmon's overhead, capture cost, detection quality, scale and memory.",
-        subcommands: [Run.self, StalledTarget.self, LoaderHazard.self, AsyncChild.self],
+        subcommands: [Run.self, StalledTarget.self, LoaderHazard.self, AsyncChild.self, PoolLoad.self],
         defaultSubcommand: Run.self)
 }
 
@@ -38,8 +38,8 @@ struct Run: ParsableCommand {
     @Option(help: "Where to write the figures as JSON.")
     var output = "bench-results.json"
 
-    @Option(help: "Sections to run: loop, capture, detection, reports, upload, memory, nio, loops, async.")
-    var sections = "loop,capture,detection,reports,upload,memory,nio,loops,async"
+    @Option(help: "Sections to run: loop, capture, detection, reports, upload, memory, nio, loops, async, pool-width.")
+    var sections = "loop,capture,detection,reports,upload,memory,nio,loops,async,pool-width"
 
     @Option(help: "Report counts for `stallmon report` scale.")
     var reportScale = "1000,10000,100000"
@@ -94,6 +94,11 @@ struct Run: ParsableCommand {
             try NIOEventLoops(quick: quick, scratch: scratch, logger: logger).manyLoops(results)
         }
         if chosen.contains("async") { try AsyncJobs(quick: quick, scratch: scratch).run(results) }
+        if chosen.contains("pool-width") {
+            let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+                ?? CommandLine.arguments[0]
+            try PoolWidthUnderLimit(quick: quick, benchExecutable: executable).run(results)
+        }
 
         struct Document: Encodable {
             var date: String
