@@ -19,10 +19,10 @@ struct ProcessProgress: Sendable, Equatable {
 
     /// Now, from the calling (watchdog) thread; nil when any part cannot be read (no schedstat in this kernel, /proc
     /// denied): a freeze is then not judged.
-    static func read() -> ProcessProgress? {
+    static func read(runDelay: @autoclosure () -> UInt64? = ThreadStats.ownRunDelay()) -> ProcessProgress? {
         // getrusage may be filtered (SystemCallFilter): then there is no evidence.
         guard cstallmon_syscall_verdict(Int32(CSTALLMON_SYSCALL_GETRUSAGE), nil) == Int32(CSTALLMON_SYSCALL_ALLOWED),
-              let runDelay = ThreadStats.ownRunDelay() else { return nil }
+              let runDelay = runDelay() else { return nil }
         var cpu = timespec()
         guard clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0, cpu.tv_sec >= 0, cpu.tv_nsec >= 0 else { return nil }
         var usage = rusage()

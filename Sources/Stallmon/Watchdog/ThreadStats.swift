@@ -41,7 +41,38 @@ struct ThreadStats: Sendable, Equatable {
     /// The calling thread's run delay, ns (to tell a starved watchdog from a frozen process).
     static func ownRunDelay() -> UInt64? {
         guard let schedstat = ProcFile.read("/proc/thread-self/schedstat") else { return nil }
+        return runDelay(schedstat: schedstat)
+    }
+
+    /// The second field of a schedstat line.
+    static func runDelay(schedstat: String) -> UInt64? {
         let fields = schedstat.split(separator: " ")
         return fields.count >= 2 ? UInt64(fields[1]) : nil
+    }
+}
+
+/// The calling thread's schedstat, opened once and read with one `pread` each time: the watchdog reads it twice
+/// per pass. Owned by the thread that made it (`/proc/thread-self` is resolved at open); closed with it.
+final class OwnSchedstat {
+    private let fd: Int32
+    private var buffer = [UInt8](repeating: 0, count: 128)
+
+    init() {
+        fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)
+    }
+
+    deinit {
+        if fd >= 0 { close(fd) }
+    }
+
+    /// The thread's run delay (ns), or nil when the file could not be opened or read.
+    func runDelay() -> UInt64? {
+        guard fd >= 0 else { return nil }
+        var count: Int
+        repeat {
+            count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+        } while count < 0 && errno == EINTR
+        guard count > 0 else { return nil }
+        return ThreadStats.runDelay(schedstat: String(decoding: buffer[0..<count], as: UTF8.self))
     }
 }

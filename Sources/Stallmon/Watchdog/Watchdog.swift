@@ -157,9 +157,14 @@ final class Watchdog: Sendable {
     // MARK: - The watchdog thread
 
     private func run(_ runner: StoppableThread) {
-        registry.withLock { $0.threadID = cstallmon_gettid() }
+        // Read once: a system call per source and pass would be most of an idle pass's cost.
+        let threadID = cstallmon_gettid()
+        registry.withLock { $0.threadID = threadID }
         var publishedFreezes = -1  // a new thread publishes its own (empty) record at its first pass
-        var freezeDetector = FreezeDetector(thresholdNanoseconds: 100_000_000)
+        // This thread's schedstat stays open for the freeze evidence of every pass (one pread, not four calls).
+        let ownSchedstat = OwnSchedstat()
+        var freezeDetector = FreezeDetector(thresholdNanoseconds: 100_000_000,
+                                            progress: { ProcessProgress.read(runDelay: ownSchedstat.runDelay()) })
         let snapshots = snapshots
         var answeredSnapshot: UInt64 = 0
         snapshots.join(ObjectIdentifier(runner), runner: runner)
@@ -184,7 +189,9 @@ final class Watchdog: Sendable {
             // of `now`.
             let request = snapshots.pending(after: answeredSnapshot)
             var pass = Pass(wakeAt: top &+ Self.idleWake)
-            for member in members { step(member, pass: &pass, freezes: freezes, snapshot: request != nil) }
+            for member in members {
+                step(member, pass: &pass, freezes: freezes, snapshot: request != nil, threadID: threadID)
+            }
             if pass.watchedSomething {
                 var metrics = limitMetrics ?? CPUContention.Metrics(opensAt: top)
                 if top >= metrics.nextDue { metrics.record(cpuContention, now: top) }
@@ -222,8 +229,8 @@ final class Watchdog: Sendable {
 
     /// Steps `member`'s source when its pass is due (at a `now` of its own: the sources before it may have waited
     /// for captures), exports its statistics when due, and adds its snapshot parts when one is asked for.
-    private func step(_ member: Member, pass: inout Pass, freezes: FreezeTracker, snapshot: Bool) {
-        member.steppedBy.store(cstallmon_gettid(), ordering: .releasing)
+    private func step(_ member: Member, pass: inout Pass, freezes: FreezeTracker, snapshot: Bool, threadID: Int32) {
+        member.steppedBy.store(threadID, ordering: .releasing)
         defer {
             member.steppedBy.store(0, ordering: .releasing)
             if member.removalDeferred.exchange(false, ordering: .acquiringAndReleasing) { stop(member) }
