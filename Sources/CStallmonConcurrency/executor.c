@@ -156,6 +156,9 @@ static struct {
     // The long-job threshold in job-clock ticks (see "The job clock").
     _Atomic uint64_t threshold_ticks;
     _Atomic uint64_t jobs_of_exited_workers;
+    // One past the highest probe index ever claimed: the readers scan no further (probes are claimed lowest first,
+    // so a pool of N workers scans about N, not CSTALLMON_MAX_WORKERS). Raised once per worker thread, never per job.
+    _Atomic int probes_used;
     // 1: every job's queue delay and run time are counted (the enqueue stamp, the histograms); 0: only what stall
     // detection needs (the begin and end stamps).
     _Atomic int statistics;
@@ -349,6 +352,11 @@ static worker_probe *register_worker(void) {
         if (atomic_compare_exchange_strong_explicit(&probe->state, &expected, PROBE_CLAIMING, memory_order_acq_rel,
                                                     memory_order_relaxed)) {
             claimed = probe;
+            int used = atomic_load_explicit(&g_state.probes_used, memory_order_relaxed);
+            while (used < index + 1 &&
+                   !atomic_compare_exchange_weak_explicit(&g_state.probes_used, &used, index + 1,
+                                                          memory_order_release, memory_order_relaxed)) {
+            }
             break;
         }
     }
@@ -752,6 +760,9 @@ void cstallmon_concurrency_configure(int sampling_signal, uint64_t threshold_ns)
 
 // MARK: - Reading (the watchdog thread; async-signal-safe)
 
+// Async-signal-safe (one atomic load).
+int cstallmon_workers_used(void) { return atomic_load_explicit(&g_state.probes_used, memory_order_acquire); }
+
 int cstallmon_worker_read(int index, cstallmon_worker_reading *out) {
     memset(out, 0, sizeof *out);
     if (index < 0 || index >= CSTALLMON_MAX_WORKERS) return 0;
@@ -951,7 +962,7 @@ int cstallmon_pool_stats(int pool, cstallmon_pool_totals *out, uint64_t *run_buc
     if (pool < 0 || pool >= CSTALLMON_POOL_CLASSES || bucket_count != CSTALLMON_HISTOGRAM_BUCKETS) return 0;
     memset(run_buckets, 0, bucket_count * sizeof *run_buckets);
     memset(delay_buckets, 0, bucket_count * sizeof *delay_buckets);
-    for (int index = 0; index < CSTALLMON_MAX_WORKERS; index++) {
+    for (int index = 0; index < cstallmon_workers_used(); index++) {
         struct worker_stats *stats = atomic_load_explicit(&g_state.probes[index].stats, memory_order_acquire);
         if (stats == NULL) continue;
         const class_stats *counts = &stats->classes[pool];
@@ -970,7 +981,7 @@ int cstallmon_pool_stats(int pool, cstallmon_pool_totals *out, uint64_t *run_buc
 
 uint64_t cstallmon_concurrency_jobs(void) {
     uint64_t total = atomic_load_explicit(&g_state.jobs_of_exited_workers, memory_order_relaxed);
-    for (int index = 0; index < CSTALLMON_MAX_WORKERS; index++) {
+    for (int index = 0; index < cstallmon_workers_used(); index++) {
         worker_probe *probe = &g_state.probes[index];
         uint32_t state = atomic_load_explicit(&probe->state, memory_order_acquire);
         if (state == PROBE_FREE || state == PROBE_CLAIMING) continue;

@@ -102,6 +102,10 @@ void cstallmon_concurrency_enqueue_main(void *job);
 /// recalibrate it); async-signal-safe: no lock, allocation or system call (vDSO clock reads).
 int cstallmon_worker_read(int index, cstallmon_worker_reading *out);
 
+/// One past the highest probe index any worker has claimed (0 ..< CSTALLMON_MAX_WORKERS): probes beyond it are free,
+/// so a reader scans `0 ..< cstallmon_workers_used()`. Async-signal-safe (one atomic load).
+int cstallmon_workers_used(void);
+
 /// The exact begin and end of job number `job` (1-based, = (sequence + 1) / 2 while it ran) of probe `index`, if it
 /// was the probe's most recent job to run for at least the threshold and the record still holds it. Returns 1 and
 /// fills both, or 0. For the watchdog thread, as `cstallmon_worker_read`.

@@ -81,7 +81,7 @@ final class PoolWorkerSource: ProbeSource {
         inProgress = [UInt64](repeating: 0, count: poolClasses.count)
         workersAlive = 0
         var readings: [WorkerReading] = []
-        for index in Int32(0)..<Int32(CSTALLMON_MAX_WORKERS) {
+        for index in Int32(0)..<cstallmon_workers_used() {
             let reading = WorkerReading.read(index: index)
             if let known = workers[index], reading?.generation != known.generation {
                 retire(known, now: now, freezes: freezes, into: &pass)
@@ -148,7 +148,7 @@ final class PoolWorkerSource: ProbeSource {
         var busyByPool: [String: Int] = [:]
         var oldestByPool: [String: UInt64] = [:]
         var alive = 0
-        for index in Int32(0)..<Int32(CSTALLMON_MAX_WORKERS) {
+        for index in Int32(0)..<cstallmon_workers_used() {
             guard let reading = WorkerReading.read(index: index) else { continue }
             if reading.isAlive { alive += 1 }
             guard reading.isRunningJob else { continue }

@@ -73,6 +73,30 @@ final class OwnSchedstat {
             count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
         } while count < 0 && errno == EINTR
         guard count > 0 else { return nil }
-        return ThreadStats.runDelay(schedstat: String(decoding: buffer[0..<count], as: UTF8.self))
+        return Self.secondField(buffer[0..<count])
+    }
+
+    /// The second decimal field of `cpu run_delay slices`, read from the bytes (no string made each pass).
+    static func secondField(_ bytes: ArraySlice<UInt8>) -> UInt64? {
+        var field = 0
+        var value: UInt64 = 0
+        var digits = 0
+        for byte in bytes {
+            if byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") {
+                guard field == 1 else { continue }
+                let next = value.multipliedReportingOverflow(by: 10)
+                guard !next.overflow else { return nil }
+                let sum = next.partialValue.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
+                guard !sum.overflow else { return nil }
+                value = sum.partialValue
+                digits += 1
+            } else if byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\n") {
+                if field == 1 { break }
+                field += 1
+            } else {
+                return nil
+            }
+        }
+        return field == 1 && digits > 0 ? value : nil
     }
 }

@@ -62,3 +62,23 @@ struct WatchdogTests {
         #expect(returned, "the monitor's stop, from the watchdog thread's own log handler, returned")
     }
 }
+
+/// The watchdog's own schedstat, read each pass without a string: the same figure as the string parse.
+struct OwnSchedstatTests {
+    @Test(arguments: [("123 456 789\n", 456), ("0 18446744073709551615 1\n", UInt64.max), ("5 7\n", 7), ("5 7", 7)])
+    func theSecondFieldIsTheRunDelay(_ line: String, _ expected: UInt64) {
+        #expect(OwnSchedstat.secondField(ArraySlice(Array(line.utf8))) == expected)
+    }
+
+    @Test(arguments: ["", "123", "1 x 3", "1 18446744073709551616 2", "-1 -2"])
+    func oddLinesGiveNothing(_ line: String) {
+        #expect(OwnSchedstat.secondField(ArraySlice(Array(line.utf8))) == nil)
+    }
+
+    @Test func theOpenFileReadsThisThreadsFigure() throws {
+        let reader = OwnSchedstat()
+        let first = try #require(reader.runDelay())
+        let second = try #require(reader.runDelay())
+        #expect(second >= first)
+    }
+}
