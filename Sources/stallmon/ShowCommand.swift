@@ -219,7 +219,6 @@ enum ReportText {
         return out
     }
 
-    /// `<trace id> span <span id>`, as a tracing UI's search takes the trace id; nil when not traced.
     /// What withheld the CPU: the limit (one sentence when it caused the stall), pressure, steal, and a watchdog
     /// held back by the same limit.
     private static func contentionLines(_ report: StallReport) -> String {
@@ -253,6 +252,7 @@ enum ReportText {
         return out
     }
 
+    /// `<trace id> span <span id>`, as a tracing UI's search takes the trace id; nil when not traced.
     private static func trace(_ traceId: String?, _ spanId: String?) -> String? {
         traceId.map { $0 + (spanId.map { " span \($0)" } ?? "") }
     }

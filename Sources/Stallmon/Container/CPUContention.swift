@@ -37,7 +37,7 @@ final class CPUContention: Sendable {
         self.readFile = readFile
     }
 
-    /// The limit, found on first use (the watchdog's first busy iteration), or nil.
+    /// The limit, found on first use (on the watchdog: its first pass over a source), or nil.
     var cgroup: CgroupCPU? { discover().cgroup }
 
     /// The counters now.
@@ -138,10 +138,10 @@ final class CPUContention: Sendable {
         private(set) var nextDue: UInt64
         private var window = ThrottlingWindow()
         private var opened = false
-        private let limit = Gauge(label: "stallmon_cpu_limit_cpus")
-        private let periods = Counter(label: "stallmon_cpu_periods_total")
-        private let throttledPeriods = Counter(label: "stallmon_cpu_throttled_periods_total")
-        private let throttledSeconds = FloatingPointCounter(label: "stallmon_cpu_throttled_seconds_total")
+        /// Made at the first growth of a real limit: a backend that exports a metric from its making would
+        /// otherwise show zeros for a process without one.
+        private var made: (limit: Gauge, periods: Counter, throttledPeriods: Counter,
+                           throttledSeconds: FloatingPointCounter)?
 
         init(opensAt now: UInt64) {
             nextDue = now
@@ -155,10 +155,14 @@ final class CPUContention: Sendable {
                 return
             }
             guard let growth = window.close(contention) else { return }
-            limit.record(growth.limitCPUs)
-            periods.increment(by: Int64(clamping: growth.periods))
-            throttledPeriods.increment(by: Int64(clamping: growth.throttledPeriods))
-            throttledSeconds.increment(by: Double(growth.throttledNanoseconds) / 1e9)
+            let metrics = made ?? (Gauge(label: "stallmon_cpu_limit_cpus"), Counter(label: "stallmon_cpu_periods_total"),
+                                   Counter(label: "stallmon_cpu_throttled_periods_total"),
+                                   FloatingPointCounter(label: "stallmon_cpu_throttled_seconds_total"))
+            made = metrics
+            metrics.limit.record(growth.limitCPUs)
+            metrics.periods.increment(by: Int64(clamping: growth.periods))
+            metrics.throttledPeriods.increment(by: Int64(clamping: growth.throttledPeriods))
+            metrics.throttledSeconds.increment(by: Double(growth.throttledNanoseconds) / 1e9)
         }
     }
 
@@ -192,7 +196,7 @@ final class CPUContention: Sendable {
                let group = groups.v2, let mountinfo = readFile("/proc/self/mountinfo"),
                let mount = CgroupCPU.mounts(mountinfo: mountinfo).v2,
                let directory = CgroupCPU.directory(group: group, mount: mount),
-               readFile(directory + "/cpu.pressure").flatMap(Self.someTotal) != nil, group != "/" {
+               readFile(directory + "/cpu.pressure").flatMap(Self.someTotal) != nil {
                 pressure = directory + "/cpu.pressure"
             } else if readFile("/proc/pressure/cpu").flatMap(Self.someTotal) != nil {
                 pressure = "/proc/pressure/cpu"

@@ -11,7 +11,11 @@ import Glibc
 /// run under a 2-CPU limit, and their bursts use up the quota for the whole process. (SwiftNIO's
 /// `System.coreCount` does read the limit.) The only narrowing knob is the affinity mask or cpuset.
 enum PoolWidth {
-    /// The pool's width for this process, as libdispatch computes it.
+    /// The pool's width as read once, at the first use (the pool monitor's first watchdog pass): libdispatch fixes
+    /// its own at its start, so a later change of the affinity (`taskset -p`) does not narrow a pool already made.
+    static let atStart = current()
+
+    /// The pool's width for this process now, as libdispatch computes it.
     static func current() -> Int {
         let count = Int(cstallmon_affinity_cpu_count())
         return count > 0 ? count : max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))

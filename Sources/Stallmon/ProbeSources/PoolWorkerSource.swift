@@ -52,6 +52,9 @@ final class PoolWorkerSource: ProbeSource {
     private let starvation: StarvationTracker
     /// The CPU limit's throttling over the same windows as the `pool.stats` lines.
     private var throttlingWindow = CPUContention.ThrottlingWindow()
+    /// When the throttling window is closed even without a line (no class ran a job): a line's figures never span
+    /// more than about one interval.
+    private var throttlingDue: UInt64 = 0
     /// Whether the pool's width was checked against the CPU limit (once, at the first pass).
     private var widthChecked = false
     /// As of the latest pass: per pool class, how long its running jobs have run; the live workers.
@@ -114,14 +117,23 @@ final class PoolWorkerSource: ProbeSource {
             _ = reporter.step(now: statisticsBaseline.at, readings: statisticsBaseline.readings, workers: [:])
             poolStats = reporter
             _ = throttlingWindow.close(Watchdog.process.cpuContention)  // opens its window
+            throttlingDue = now &+ UInt64(configuration.analysis.loopStatsInterval.nanosecondsClamped)
             return
         }
         defer { poolStats = reporter }
         let windows = reporter.step(now: now, readings: Self.poolReadings(poolClasses, inProgress: inProgress),
                                     workers: [poolName: workersAlive])
-        guard !windows.isEmpty else { return }
+        let interval = UInt64(configuration.analysis.loopStatsInterval.nanosecondsClamped)
+        guard !windows.isEmpty else {
+            if interval > 0 && now >= throttlingDue {
+                _ = throttlingWindow.close(Watchdog.process.cpuContention)
+                throttlingDue = now &+ interval
+            }
+            return
+        }
         let throttling = throttlingWindow.close(Watchdog.process.cpuContention)
-        let width = PoolWidth.current()
+        throttlingDue = now &+ interval
+        let width = PoolWidth.atStart
         for var window in windows {
             window.throttling = throttling
             if window.workers != nil { window.poolWidth = width }
@@ -133,7 +145,7 @@ final class PoolWorkerSource: ProbeSource {
     /// the quota and throttle the whole process. Read on the watchdog, never on a worker.
     private func warnIfWiderThanTheLimit() {
         guard let limit = Watchdog.process.cpuContention.cgroup?.limit else { return }
-        let width = PoolWidth.current()
+        let width = PoolWidth.atStart
         if let warning = PoolWidth.warning(width: width, limit: limit) {
             collaborators.client.logger.warning("stallmon: \(warning)",
                                                 metadata: ["pool": "\(poolName)", "poolWidth": "\(width)",

@@ -207,7 +207,7 @@ final class StarvationTracker {
             oldestWaitNanoseconds: max(canaryWait, oldestJob),
             waitedJobs: counted ? later.totals.long_delays &- episode.totalsAtBegin.long_delays : nil,
             jobsRun: counted ? later.totals.jobs &- episode.totalsAtBegin.jobs : nil, workers: episode.workers,
-            poolWidth: PoolWidth.current(), cpuLimit: Watchdog.process.cpuContention.cgroup?.limit.cpus)
+            poolWidth: PoolWidth.atStart, cpuLimit: Watchdog.process.cpuContention.cgroup?.limit.cpus)
         let first = culprits.first?.snapshot
         var snapshot = StallEvidence(
             id: episode.id, loopName: poolName, threadID: first?.threadID ?? 0, thresholdNanoseconds: threshold,

@@ -217,8 +217,9 @@ final class StallTracker {
         if let capture = target.capture { snapshot.samples.append(takeSample(capture, target: target)) }
         current = Current(snapshot: snapshot, lastSeenBusy: now,
                           baseline: baseline?.iteration == iteration ? baseline : nil,
-                          stealAtDetection: contention.readSteal(now: now),
-                          watchdogRunDelayAtDetection: ThreadStats.ownRunDelay())
+                          stealAtDetection: Watchdog.process.isCurrentThread ? contention.readSteal(now: now) : nil,
+                          watchdogRunDelayAtDetection: Watchdog.process.isCurrentThread
+                              ? ThreadStats.ownRunDelay() : nil)
         hangs.began(id: snapshot.id, loop: loopName, since: since)
         writer.submit(.begin(snapshot), from: client)
         return target.capture != nil
@@ -412,19 +413,21 @@ final class StallTracker {
             sleepMs: Double(wall - cpu - delay) / 1e6,
             voluntarySwitches: Self.growth(from: baseline.stats.voluntarySwitches, to: stats.voluntarySwitches),
             involuntarySwitches: Self.growth(from: baseline.stats.involuntarySwitches, to: stats.involuntarySwitches))
-        snapshot.cpuContention = contentionFigures(since: baseline, until: windowEnd)
+        snapshot.cpuContention = contentionFigures(since: baseline)
         snapshot.threadClass = StallClassifier.classify(
             cpu: cpu, runDelay: delay, wall: wall,
             throttledWall: CPUContention.throttledWallBound(snapshot.cpuContention))
     }
 
-    /// The CPU limit's throttling and the pressure from the baseline to `end`, steal and the watchdog's own wait
-    /// from the stall's detection.
-    private func contentionFigures(since baseline: Baseline, until end: UInt64) -> StallReport.CPUContention? {
+    /// The CPU limit's throttling and the pressure from the baseline to now, steal and the watchdog's own wait
+    /// from the stall's detection. Only on the watchdog thread: a stall finished by `stop()` on another thread (a
+    /// loop's, perhaps) gets no figures, rather than that thread's run delay or reads on a loop thread.
+    private func contentionFigures(since baseline: Baseline) -> StallReport.CPUContention? {
+        guard Watchdog.process.isCurrentThread else { return nil }
         let now = cstallmon_monotonic_ns()
         let ownRunDelay = ThreadStats.ownRunDelay()
         return contention.figures(
-            from: baseline.contention, to: contention.read(now: max(end, baseline.at + 1)),
+            from: baseline.contention, to: contention.read(now: max(now, baseline.at + 1)),
             stealFrom: current?.stealAtDetection, stealTo: contention.readSteal(now: now),
             watchdogRunDelayNanoseconds: ownRunDelay.flatMap { after in
                 current?.watchdogRunDelayAtDetection.map { after >= $0 ? after - $0 : 0 }

@@ -54,7 +54,7 @@ struct ThreadStats: Sendable, Equatable {
 /// The calling thread's schedstat, opened once and read with one `pread` each time: the watchdog reads it twice
 /// per pass. Owned by the thread that made it (`/proc/thread-self` is resolved at open); closed with it.
 final class OwnSchedstat {
-    private let fd: Int32
+    private var fd: Int32
     private var buffer = [UInt8](repeating: 0, count: 128)
 
     init() {
@@ -67,6 +67,8 @@ final class OwnSchedstat {
 
     /// The thread's run delay (ns), or nil when the file could not be opened or read.
     func runDelay() -> UInt64? {
+        // Opened again while it could not be (EMFILE at start): the freeze evidence comes back with it.
+        if fd < 0 { fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else { return nil }
         var count: Int
         repeat {

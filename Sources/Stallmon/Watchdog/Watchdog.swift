@@ -28,6 +28,11 @@ final class Watchdog: Sendable {
         systemd = SystemdNotifier(hangs: hangs)
     }
 
+    /// Whether the caller is the watchdog thread (a source finished by `stop()` runs on the stopping thread).
+    var isCurrentThread: Bool {
+        registry.withLock { $0.threadID } == cstallmon_gettid()
+    }
+
     /// One source under watch, with the client and writer its freezes and statistics go to.
     final class Member: Sendable {
         let name: String

@@ -7,8 +7,8 @@ public enum StallClass: String, Codable, Sendable, CaseIterable {
     /// Mostly runnable but not running, and not because of a CPU limit: other threads of the process, other
     /// processes (noisy neighbours), the hypervisor (see the report's `cpuContention.stealMs`).
     case starved
-    /// Mostly runnable but not running because the cgroup's CPU limit was used up: its throttled time covers at
-    /// least half of the thread's wait for a CPU (see ReadingAStall).
+    /// Mostly runnable but not running because the cgroup's CPU limit was used up: the limit's throttling can have
+    /// withheld the CPU for at least half of the thread's wait for one (an upper bound, see ReadingAStall).
     case throttled
     /// Not enough evidence (the thread's figures could not be read).
     case unknown

@@ -340,7 +340,8 @@ public struct StallReport: Codable, Sendable, Equatable {
     /// What withheld the CPU from the process while the watchdog watched the stall (see ReadingAStall). Every
     /// member is absent when it could not be read.
     public struct CPUContention: Codable, Sendable, Equatable {
-        /// The span of the throttling and pressure figures: the same as `threadStats.windowMs`.
+        /// The span of the throttling and pressure figures: from the same start as `threadStats` to when they were
+        /// read (at most one watchdog poll after the iteration's end).
         public var windowMs: Double
         /// The tightest CPU limit of the process's cgroup and its ancestors; absent without one.
         public var limit: CPULimit?
@@ -356,7 +357,7 @@ public struct StallReport: Codable, Sendable, Equatable {
         /// The hypervisor's steal over `stealWindowMs` (from the stall's detection on), per CPU of the host.
         public var stealMs: Double?
         public var stealWindowMs: Double?
-        /// How long the watchdog itself waited for a CPU over the span: when it is large, the watchdog was held
+        /// How long the watchdog itself waited for a CPU from the stall's detection on: when it is large, the watchdog was held
         /// back too (by the same limit) and took fewer samples than `sample_interval_ms` asks for.
         public var watchdogRunDelayMs: Double?
 
