@@ -73,6 +73,8 @@ final class LoopThreadSource: ProbeSource {
         }
         // Each pass: a binding replaced by another of the same slot (A, B, then A again) leaves the index alone.
         loopThread = cstallmon_slot_thread(bound.slot)
+        let reading = probe.read()
+        if let wake = tracker.idleWake(reading, now: now) { return ProbePass(wakeAt: wake) }
         let probe = probe
         let target = StallTracker.Target(
             tid: boundThread,
@@ -81,7 +83,7 @@ final class LoopThreadSource: ProbeSource {
             },
             longIterationRecord: { probe.longIterationRecord($0) }, currentLabel: currentLabel,
             currentMode: currentMode, describe: { [sections] in $0.sections += sections })
-        let tracked = tracker.step(probe.read(), now: now, target: target, freezes: freezes)
+        let tracked = tracker.step(reading, now: now, target: target, freezes: freezes)
         return ProbePass(wakeAt: tracked.wakeAt, waitedOnItsOwnWork: tracked.waitedOnItsOwnWork)
     }
 

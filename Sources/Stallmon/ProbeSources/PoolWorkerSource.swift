@@ -249,6 +249,11 @@ final class PoolWorkerSource: ProbeSource {
         if !retired, reading.isRunningJob, !worker.tracker.isTracking(iteration: reading.jobNumber) {
             worker.jobReading = reading
         }
+        if !retired, let wake = worker.tracker.idleWake(reading.loopReading, now: now) {
+            pass.wakeAt = min(pass.wakeAt, wake)
+            if worker.capturer != nil { lender.giveBack(&worker.capturer) }
+            return
+        }
         let target = self.target(for: worker, retired: retired)
         let result = worker.tracker.step(retired ? .idle(completedIterations: 0) : reading.loopReading, now: now,
                                          target: target.target, freezes: freezes)

@@ -141,6 +141,14 @@ final class StallTracker {
     /// Whether a stall is in progress.
     var isStalled: Bool { current != nil }
 
+    /// When the next pass is due for an idle `reading` with nothing tracked, the commonest pass: `step` would
+    /// decide exactly this, and the caller can skip building the target (closures: allocations on every pass).
+    /// nil when `step` must run.
+    func idleWake(_ reading: LoopProbe.Reading, now: UInt64) -> UInt64? {
+        guard case .idle = reading, current == nil, detector.tracking == nil else { return nil }
+        return now + detector.configuration.idlePoll
+    }
+
     /// Where the stall in progress stands against the hang limits (tests read it).
     var hangProgress: (systemd: HangProgress, abort: HangProgress) {
         (current?.systemdHang ?? .notYet, current?.abortHang ?? .notYet)
