@@ -169,11 +169,7 @@ struct NIOEventLoops {
         var configuration = StallMonitorConfiguration(
             detection: .init(threshold: .milliseconds(Int(threshold)), sampleInterval: .milliseconds(10)), reports: .init(directory: directory))
         configuration.reports.maxReportsPerSignaturePerHour = 100_000
-        let monitor = try NIOStallMonitor(group: group, configuration: configuration, logger: logger)
-        let pool = try ConcurrencyStallMonitor(configuration: configuration, logger: logger, mainActor: false)
-        monitor.start()
-        pool.start()
-        usleep(200_000)
+        let (monitor, pool) = try startMonitors(group, configuration)
         let monitoredIdle = idleCPU(seconds: quick ? 2 : 5)
         let watchdogs = Self.threads(named: ["stallmon-watch", "stallmon-pool"])
         let eventLoops = Array(group.makeIterator())
@@ -192,11 +188,7 @@ struct NIOEventLoops {
         // The same group idle under monitors of the default threshold (100 ms): the watchdog looks half as often.
         var defaults = StallMonitorConfiguration(reports: .init(directory: directory + "-defaults"))
         defaults.reports.maxReportsPerSignaturePerHour = 100_000
-        let defaultMonitor = try NIOStallMonitor(group: group, configuration: defaults, logger: logger)
-        let defaultPool = try ConcurrencyStallMonitor(configuration: defaults, logger: logger, mainActor: false)
-        defaultMonitor.start()
-        defaultPool.start()
-        usleep(200_000)
+        let (defaultMonitor, defaultPool) = try startMonitors(group, defaults)
         let defaultIdle = idleCPU(seconds: quick ? 2 : 5)
         defaultMonitor.stop()
         defaultPool.stop()
@@ -219,6 +211,17 @@ struct NIOEventLoops {
                            value: monitoredIdle, unit: "%"))
         results.add(Figure(section: "nio", name: "… the same, default threshold (100 ms)", value: defaultIdle,
                            unit: "%", target: "≤ 0.1 %"))
+    }
+
+    /// The group's monitor and the pool's, started and given 200 ms to settle.
+    private func startMonitors(_ group: MultiThreadedEventLoopGroup, _ configuration: StallMonitorConfiguration) throws
+        -> (NIOStallMonitor, ConcurrencyStallMonitor) {
+        let monitor = try NIOStallMonitor(group: group, configuration: configuration, logger: logger)
+        let pool = try ConcurrencyStallMonitor(configuration: configuration, logger: logger, mainActor: false)
+        monitor.start()
+        pool.start()
+        usleep(200_000)
+        return (monitor, pool)
     }
 
     /// The whole process's CPU over `seconds` of doing nothing, in % of one CPU.

@@ -187,7 +187,7 @@ enum ReportText {
         out += "  why:      \(verdicts[starvation.verdict] ?? starvation.verdict)\n"
         if let width = starvation.poolWidth, let limit = starvation.cpuLimit, Double(width) > limit.rounded(.up) {
             out += "  limit:    the pool runs up to \(width) workers at once, one per CPU the process may use, under a "
-                + String(format: "CPU limit of %g CPU", (limit * 1000).rounded() / 1000)
+                + "CPU limit of \(Self.cpus(limit))"
                 + ": its bursts use up the quota and throttle the whole process\n"
         }
         if let signature = report.signature { out += "  group:    signature \(signature)\n" }
@@ -219,6 +219,11 @@ enum ReportText {
         return out
     }
 
+    /// A CPU limit as `show` writes it: `0.2 CPU`, `2 CPU` (three decimals at most).
+    private static func cpus(_ value: Double) -> String {
+        String(format: "%g CPU", (value * 1000).rounded() / 1000)
+    }
+
     /// What withheld the CPU: the limit (one sentence when it caused the stall), pressure, steal, and a watchdog
     /// held back by the same limit.
     private static func contentionLines(_ report: StallReport) -> String {
@@ -226,7 +231,7 @@ enum ReportText {
         var out = ""
         if let limit = contention.limit, let periods = contention.periods,
            let throttled = contention.throttledPeriods, let throttledMs = contention.throttledMs {
-            let cpus = String(format: "%g CPU", (limit.cpus * 1000).rounded() / 1000)
+            let cpus = Self.cpus(limit.cpus)
             let bound = contention.throttledWallMs ?? 0
             let counts = "\(throttled) of \(periods) period\(periods == 1 ? "" : "s") throttled, up to \(ms(bound)) "
                 + "of the \(ms(contention.windowMs)) watched (\(ms(throttledMs)) summed over CPUs)"

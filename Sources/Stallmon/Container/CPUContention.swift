@@ -55,7 +55,8 @@ final class CPUContention: Sendable {
     /// The figures of the span from `start` to `end` (and of steal from `stealStart`).
     func figures(from start: Reading, to end: Reading, stealFrom stealStart: StealReading?,
                  stealTo stealEnd: StealReading?, watchdogRunDelayNanoseconds: UInt64?) -> StallReport.CPUContention? {
-        Self.figures(cgroup: cgroup, pressureScope: discover().pressureScope, from: start, to: end,
+        let found = discover()
+        return Self.figures(cgroup: found.cgroup, pressureScope: found.pressureScope, from: start, to: end,
                      stealFrom: stealStart, stealTo: stealEnd, ticksPerSecond: UInt64(max(1, sysconf(Int32(_SC_CLK_TCK)))),
                      onlineCPUs: UInt64(max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))),
                      watchdogRunDelayNanoseconds: watchdogRunDelayNanoseconds)
@@ -73,15 +74,10 @@ final class CPUContention: Sendable {
             figures.limit = StallReport.CPULimit(cpus: cgroup.limit.cpus,
                                                  periodMs: Double(cgroup.limit.periodMicroseconds) / 1e3,
                                                  cgroup: cgroup.groupName, version: cgroup.version.rawValue)
-            figures.periods = Int(clamping: after.periods &- before.periods)
-            figures.throttledPeriods = Int(clamping: after.throttledPeriods &- before.throttledPeriods)
-            figures.throttledMs = Double(after.throttledNanoseconds &- before.throttledNanoseconds) / 1e6
-            // A counter that went back (the group was recreated): no figures rather than wrong ones.
-            if after.periods < before.periods || after.throttledPeriods < before.throttledPeriods
-                || after.throttledNanoseconds < before.throttledNanoseconds {
-                figures.periods = nil
-                figures.throttledPeriods = nil
-                figures.throttledMs = nil
+            if let growth = after.growth(since: before) {
+                figures.periods = Int(clamping: growth.periods)
+                figures.throttledPeriods = Int(clamping: growth.throttledPeriods)
+                figures.throttledMs = Double(growth.throttledNanoseconds) / 1e6
             }
         }
         if let before = start.pressureSomeMicroseconds, let after = end.pressureSomeMicroseconds, after >= before {
@@ -122,11 +118,10 @@ final class CPUContention: Sendable {
                 return nil
             }
             defer { last = now }
-            guard let last, now.periods >= last.periods, now.throttledPeriods >= last.throttledPeriods,
-                  now.throttledNanoseconds >= last.throttledNanoseconds else { return nil }
-            return WindowThrottling(limitCPUs: cgroup.limit.cpus, periods: now.periods - last.periods,
-                                    throttledPeriods: now.throttledPeriods - last.throttledPeriods,
-                                    throttledNanoseconds: now.throttledNanoseconds - last.throttledNanoseconds)
+            guard let growth = last.flatMap(now.growth(since:)) else { return nil }
+            return WindowThrottling(limitCPUs: cgroup.limit.cpus, periods: growth.periods,
+                                    throttledPeriods: growth.throttledPeriods,
+                                    throttledNanoseconds: growth.throttledNanoseconds)
         }
     }
 
@@ -189,12 +184,13 @@ final class CPUContention: Sendable {
     private func discover() -> (cgroup: CgroupCPU?, pressurePath: String?, pressureScope: String?) {
         let found = discovered.withLock { found in
             if let found { return found }
-            let cgroup = CgroupCPU.discover(readFile: readFile)
+            let procSelfCgroup = readFile("/proc/self/cgroup")
+            let mountinfo = readFile("/proc/self/mountinfo")
+            let cgroup = CgroupCPU.discover(procSelfCgroup: procSelfCgroup, mountinfo: mountinfo, readFile: readFile)
             var pressure: String?
             // The cgroup's own pressure (v2), else the host's.
-            if let groups = readFile("/proc/self/cgroup").map(CgroupCPU.groups(procSelfCgroup:)),
-               let group = groups.v2, let mountinfo = readFile("/proc/self/mountinfo"),
-               let mount = CgroupCPU.mounts(mountinfo: mountinfo).v2,
+            if let group = procSelfCgroup.map(CgroupCPU.groups(procSelfCgroup:))?.v2,
+               let mount = mountinfo.map(CgroupCPU.mounts(mountinfo:))?.v2,
                let directory = CgroupCPU.directory(group: group, mount: mount),
                readFile(directory + "/cpu.pressure").flatMap(Self.someTotal) != nil {
                 pressure = directory + "/cpu.pressure"

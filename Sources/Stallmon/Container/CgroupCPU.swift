@@ -26,6 +26,16 @@ struct CgroupCPU: Sendable, Equatable {
         /// Time the group's run queues were throttled, summed over CPUs (v1 `throttled_time` in ns, v2
         /// `throttled_usec`).
         var throttledNanoseconds: UInt64
+
+        /// How much each counter grew since `before`; nil when one went back (the group was recreated): no figures
+        /// rather than wrong ones.
+        func growth(since before: Throttling) -> Throttling? {
+            guard periods >= before.periods, throttledPeriods >= before.throttledPeriods,
+                  throttledNanoseconds >= before.throttledNanoseconds else { return nil }
+            return Throttling(periods: periods - before.periods,
+                              throttledPeriods: throttledPeriods - before.throttledPeriods,
+                              throttledNanoseconds: throttledNanoseconds - before.throttledNanoseconds)
+        }
     }
 
     var version: Version

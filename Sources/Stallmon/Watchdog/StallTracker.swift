@@ -223,11 +223,11 @@ final class StallTracker {
         sampler.forgetDescriptors()
         holders.endStall()
         if let capture = target.capture { snapshot.samples.append(takeSample(capture, target: target)) }
+        let onWatchdog = Watchdog.process.isCurrentThread
         current = Current(snapshot: snapshot, lastSeenBusy: now,
                           baseline: baseline?.iteration == iteration ? baseline : nil,
-                          stealAtDetection: Watchdog.process.isCurrentThread ? contention.readSteal(now: now) : nil,
-                          watchdogRunDelayAtDetection: Watchdog.process.isCurrentThread
-                              ? ThreadStats.ownRunDelay() : nil)
+                          stealAtDetection: onWatchdog ? contention.readSteal(now: now) : nil,
+                          watchdogRunDelayAtDetection: onWatchdog ? ThreadStats.ownRunDelay() : nil)
         hangs.began(id: snapshot.id, loop: loopName, since: since)
         writer.submit(.begin(snapshot), from: client)
         return target.capture != nil
