@@ -12,8 +12,7 @@ import Glibc
 struct ProcessProgress: Sendable, Equatable {
     /// How long the watchdog thread has waited for a CPU in all (its schedstat run_delay), ns.
     var watchdogRunDelay: UInt64
-    /// CPU time of every thread of the process, ended ones included (getrusage's user + system time: the kernel's
-    /// exact runtime split in two, at µs resolution), ns.
+    /// CPU time of every thread of the process (CLOCK_PROCESS_CPUTIME_ID), ns.
     var processCPU: UInt64
     /// Voluntary context switches of every thread of the process, ended ones included (getrusage's ru_nvcsw).
     var voluntarySwitches: UInt64
@@ -24,19 +23,14 @@ struct ProcessProgress: Sendable, Equatable {
         // getrusage may be filtered (SystemCallFilter): then there is no evidence.
         guard cstallmon_syscall_verdict(Int32(CSTALLMON_SYSCALL_GETRUSAGE), nil) == Int32(CSTALLMON_SYSCALL_ALLOWED),
               let runDelay = runDelay() else { return nil }
-        // One walk over the process's threads, not two: CLOCK_PROCESS_CPUTIME_ID would sum them again.
+        var cpu = timespec()
+        guard clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0, cpu.tv_sec >= 0, cpu.tv_nsec >= 0 else { return nil }
         var usage = rusage()
-        guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0, usage.ru_nvcsw >= 0,
-              let user = nanoseconds(usage.ru_utime), let system = nanoseconds(usage.ru_stime) else { return nil }
-        return ProcessProgress(watchdogRunDelay: runDelay, processCPU: user &+ system,
-                               voluntarySwitches: UInt64(usage.ru_nvcsw))
-    }
-
-    private static func nanoseconds(_ time: timeval) -> UInt64? {
-        guard time.tv_sec >= 0, time.tv_usec >= 0 else { return nil }
-        let seconds = UInt64(time.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
+        guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0, usage.ru_nvcsw >= 0 else { return nil }
+        let seconds = UInt64(cpu.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
         guard !seconds.overflow else { return nil }
-        return seconds.partialValue &+ UInt64(time.tv_usec) * 1000
+        return ProcessProgress(watchdogRunDelay: runDelay, processCPU: seconds.partialValue &+ UInt64(cpu.tv_nsec),
+                               voluntarySwitches: UInt64(usage.ru_nvcsw))
     }
 
     /// The CPUs online (1 at least): what the process's threads can run on at most.
