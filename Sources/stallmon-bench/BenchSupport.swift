@@ -150,3 +150,17 @@ func processCPUSeconds() -> Double {
     return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
         + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
 }
+
+/// CPU time of each of this process's threads so far, summed by thread name (its kernel `comm`), in nanoseconds:
+/// schedstat's first field, exact where getrusage's is tick-based.
+func threadCPUByName() -> [String: UInt64] {
+    var byName: [String: UInt64] = [:]
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+    for task in tasks {
+        guard let comm = try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8),
+              let schedstat = try? String(contentsOfFile: "/proc/self/task/\(task)/schedstat", encoding: .utf8),
+              let onCPU = schedstat.split(separator: " ").first.flatMap({ UInt64($0) }) else { continue }
+        byName[comm.trimmingCharacters(in: .whitespacesAndNewlines), default: 0] += onCPU
+    }
+    return byName
+}

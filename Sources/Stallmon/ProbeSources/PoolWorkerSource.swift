@@ -60,6 +60,8 @@ final class PoolWorkerSource: ProbeSource {
     /// As of the latest pass: per pool class, how long its running jobs have run; the live workers.
     private var inProgress: [UInt64] = []
     private var workersAlive = 0
+    /// The latest pass's readings of the workers.
+    private var readings: [WorkerReading] = []
 
     init(poolName: String, mainActorName: String, collaborators: StallTracker.Collaborators) {
         self.poolName = poolName
@@ -81,9 +83,14 @@ final class PoolWorkerSource: ProbeSource {
             warnIfWiderThanTheLimit()
         }
         var pass = ProbePass(wakeAt: now + idlePoll)
-        inProgress = [UInt64](repeating: 0, count: poolClasses.count)
+        // Both buffers are kept from pass to pass: an idle pass allocates nothing.
+        if inProgress.count == poolClasses.count {
+            for index in inProgress.indices { inProgress[index] = 0 }
+        } else {
+            inProgress = [UInt64](repeating: 0, count: poolClasses.count)
+        }
         workersAlive = 0
-        var readings: [WorkerReading] = []
+        readings.removeAll(keepingCapacity: true)
         for index in Int32(0)..<cstallmon_workers_used() {
             let reading = WorkerReading.read(index: index)
             if let known = workers[index], reading?.generation != known.generation {

@@ -58,7 +58,7 @@ struct StarvationDecision {
             case .none where saturated, .ran where saturated:
                 return (.sendCanary, now + min(threshold / 4, 10_000_000))
             default:
-                return (nil, now + threshold / 2)
+                return (nil, now + StallDetector.Configuration.idlePoll(threshold: threshold))
             }
         }
         if case .ran(_, let started) = canary, current.canaryStarted == nil { current.canaryStarted = started }
@@ -67,7 +67,7 @@ struct StarvationDecision {
             let drained = ended + min(threshold / 4, 25_000_000)
             guard now >= drained else { return (nil, drained) }
             starvation = nil
-            return (.finish(canaryStarted: ended), now + threshold / 2)
+            return (.finish(canaryStarted: ended), now + StallDetector.Configuration.idlePoll(threshold: threshold))
         }
         guard now >= current.nextSampleAt else { return (nil, current.nextSampleAt) }
         current.nextSampleAt = now + sampleInterval

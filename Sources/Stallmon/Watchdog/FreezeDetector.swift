@@ -60,15 +60,26 @@ struct FreezeDetector {
     /// itself was one. A freeze can also land while this thread works rather than sleeps (more likely on a loaded
     /// machine, where it is often preempted mid-pass). A pass that waited on work of its own (a capture's handler,
     /// up to `capture_timeout_ms`; the report writer) is not judged: its length says nothing of a freeze.
+    ///
+    /// A pass shorter than the shortest gap judged cannot have been one, and takes no reading of its own: the
+    /// readings at its top stand for its end, and the next wake-up's window reaches back over the pass (its CPU is
+    /// within the allowance of `cpus` × the window outside the gap). The evidence is three system calls that walk
+    /// every thread of the process, the most of an idle pass's cost: one reading a pass, not two.
     mutating func passEnds(began: UInt64, waitedOnItsOwnWork: Bool, wakeAt: UInt64) -> UInt64? {
-        let atEnd = progress()
-        let passEnd = clock()
+        var passEnd = clock()
         var frozen: UInt64?
-        if !waitedOnItsOwnWork {
-            frozen = judge(expected: began, actual: passEnd, since: began, before: progressAtTop, after: atEnd)
+        if passEnd > began, passEnd - began >= minimum {
+            let atEnd = progress()
+            passEnd = max(passEnd, clock())
+            if !waitedOnItsOwnWork {
+                frozen = judge(expected: began, actual: passEnd, since: began, before: progressAtTop, after: atEnd)
+            }
+            progressBeforeSleep = atEnd
+            sleptAt = passEnd
+        } else {
+            progressBeforeSleep = progressAtTop
+            sleptAt = began
         }
-        progressBeforeSleep = atEnd
-        sleptAt = passEnd
         expectedWake = max(wakeAt, passEnd)
         return frozen
     }

@@ -11,7 +11,13 @@ struct StallDetector: Sendable {
         var interimAfter: UInt64
         /// How long the watchdog sleeps while the loop is idle. Any iteration starts less than this before the
         /// watchdog next looks, so it then sleeps exactly until that iteration would cross the threshold.
-        var idlePoll: UInt64 { max(1_000_000, threshold / 2) }
+        var idlePoll: UInt64 { Self.idlePoll(threshold: threshold) }
+
+        /// Three quarters of `threshold` (1 ms at least): a quarter is left for the watchdog's own lateness before an
+        /// iteration that began just after a pass would be seen after its crossing. An idle pass is most of the
+        /// monitor's cost in an idle service (a wake-up and the freeze evidence), so the poll is as long as that
+        /// margin allows; a pool's starvation checks share it, so that every source is stepped in the same passes.
+        static func idlePoll(threshold: UInt64) -> UInt64 { max(1_000_000, threshold - threshold / 4) }
     }
 
     /// What the probe says about the loop.

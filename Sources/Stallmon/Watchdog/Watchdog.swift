@@ -49,14 +49,16 @@ final class Watchdog: Sendable {
         /// A `remove` from inside a step: the pass stops the source once that step is over.
         fileprivate let removalDeferred = Atomic<Bool>(false)
 
+        /// Read once: each pass takes the smallest, and the configuration is a struct of strings to copy.
+        let thresholdNanoseconds: UInt64
+
         init(source: any ProbeSource, name: String, client: PipelineMember, writer: ReportWriter) {
             self.source = source
             self.name = name
             self.client = client
             self.writer = writer
+            thresholdNanoseconds = UInt64(client.configuration.detection.threshold.nanosecondsClamped)
         }
-
-        var thresholdNanoseconds: UInt64 { UInt64(client.configuration.detection.threshold.nanosecondsClamped) }
     }
 
     fileprivate struct Step {
@@ -179,7 +181,7 @@ final class Watchdog: Sendable {
 
         while !runner.isStopping {
             let members = registry.withLock { $0.members }
-            if let smallest = members.map(\.thresholdNanoseconds).min() {
+            if let smallest = members.lazy.map(\.thresholdNanoseconds).min() {
                 freezeDetector.setThreshold(nanoseconds: smallest)
             }
             let top = cstallmon_monotonic_ns()

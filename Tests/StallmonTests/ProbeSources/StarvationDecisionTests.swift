@@ -12,7 +12,7 @@ struct StarvationDecisionTests {
     @Test func aPoolWithRoomSendsNothing() {
         var decision = Self.decision()
         let pass = decision.pass(now: 1_000 * Self.ms, saturated: false, canary: .none)
-        #expect(pass.action == nil && pass.wakeAt == 1_050 * Self.ms, "looks again half a threshold later")
+        #expect(pass.action == nil && pass.wakeAt == 1_075 * Self.ms, "looks again at the idle poll, three quarters of a threshold later")
         let roomy = decision.pass(now: 1_050 * Self.ms, saturated: false, canary: .waiting(sent: 900 * Self.ms))
         #expect(roomy.action == nil, "a canary waiting in a pool with room is no starvation")
         #expect(!decision.isStarving)
@@ -56,7 +56,7 @@ struct StarvationDecisionTests {
         #expect(decision.isStarving && !decision.isSaturated)
         // The begin seen once stands, whatever a later read says.
         let finished = decision.pass(now: 1_325 * Self.ms, saturated: true, canary: .waiting(sent: 1_320 * Self.ms))
-        #expect(finished.action == .finish(canaryStarted: 1_300 * Self.ms) && finished.wakeAt == 1_375 * Self.ms)
+        #expect(finished.action == .finish(canaryStarted: 1_300 * Self.ms) && finished.wakeAt == 1_400 * Self.ms)
         #expect(!decision.isStarving)
     }
 

@@ -75,6 +75,56 @@ struct FreezeDetectorTests {
         #expect(watch.lastVerdict == .frozen)
     }
 
+    /// The evidence is three system calls that walk every thread of the process, the most of an idle pass's cost
+    /// (issue 43, item 4). Before: two readings each pass. A pass too short to be judged takes one, at its top; a pass
+    /// long enough takes its second at its end.
+    @Test func aShortPassTakesOneReadingAndALongOneTwo() {
+        let process = ProcessState()
+        var readings = 0
+        var watch = FreezeDetector(thresholdNanoseconds: 100 * Self.ms, clock: { process.now },
+                                   progress: { readings += 1; return process.progress },
+                                   threadCount: { process.threads }, cpus: 2)
+        readings = 0
+        for _ in 0..<10 {
+            let began = process.now
+            _ = watch.passBegins(now: began)
+            process.now += 1 * Self.ms
+            #expect(watch.passEnds(began: began, waitedOnItsOwnWork: false, wakeAt: began + 50 * Self.ms) == nil)
+            process.now = began + 50 * Self.ms
+        }
+        #expect(readings == 10, "one reading a short pass")
+        let began = process.now
+        _ = watch.passBegins(now: began)
+        process.now += 30 * Self.ms
+        process.progress.processCPU += 30 * Self.ms  // a long pass, the process running
+        #expect(watch.passEnds(began: began, waitedOnItsOwnWork: false, wakeAt: began + 80 * Self.ms) == nil)
+        #expect(readings == 12, "a long pass is judged on a reading at its end")
+        #expect(watch.lastVerdict == .processRan)
+    }
+
+    /// With one reading a pass, a late wake-up after a short pass is judged over a window that reaches back to the
+    /// pass's top: a freeze there is still one, and a process that ran across the gap is still no freeze.
+    @Test func aLateWakeUpAfterAShortPassIsJudgedFromThePassesTop() {
+        let process = ProcessState()
+        var watch = makeWatch(process)
+        var began = process.now
+        _ = watch.passBegins(now: began)
+        process.now += 2 * Self.ms
+        process.progress.processCPU += 2 * Self.ms  // the pass's own work
+        _ = watch.passEnds(began: began, waitedOnItsOwnWork: false, wakeAt: began + 50 * Self.ms)
+        process.now = began + 50 * Self.ms
+        process.freeze(for: 200 * Self.ms)
+        #expect(watch.passBegins(now: process.now) == 200 * Self.ms)
+        began = process.now
+        process.now += 2 * Self.ms
+        _ = watch.passEnds(began: began, waitedOnItsOwnWork: false, wakeAt: began + 50 * Self.ms)
+        process.now = began + 250 * Self.ms  // woken 200 ms late, while both CPUs ran the process
+        process.progress.processCPU += 400 * Self.ms
+        process.progress.voluntarySwitches += 100
+        #expect(watch.passBegins(now: process.now) == nil)
+        #expect(watch.lastVerdict == .processRan)
+    }
+
     // MARK: - The watchdog late on its own
 
     /// Before: when the watchdog's run delay could not be read, its growth counted as 0 and any late wake-up was a
