@@ -1,5 +1,6 @@
 import CStallmonCapture
 import Foundation
+import Stallmon
 import StallmonLoop
 import Synchronization
 
@@ -163,4 +164,40 @@ func threadCPUByName() -> [String: UInt64] {
         byName[comm.trimmingCharacters(in: .whitespacesAndNewlines), default: 0] += onCPU
     }
     return byName
+}
+
+/// The floor of an idle watchdog pass on this machine: a thread that sleeps `interval` ns at a time on the watchdog's
+/// own wait (`WakeSignal`: an eventfd with a timeout), then, with `freezeReading`, reads what a freeze is
+/// judged from (the process's CPU clock, getrusage, its own schedstat). Returns its CPU per wake-up, µs, from
+/// CLOCK_THREAD_CPUTIME_ID, over `seconds`.
+func bareWakeCost(interval: UInt64, freezeReading: Bool, seconds: Double) -> Double {
+    let result = Mutex<Double>(0)
+    let thread = Thread {
+        let wake = WakeSignal()
+        let schedstat = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)
+        defer { close(schedstat) }
+        var buffer = [UInt8](repeating: 0, count: 128)
+        func threadCPU() -> UInt64 {
+            var time = timespec()
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+            return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+        }
+        let wakes = max(1, Int(seconds * 1e9 / Double(interval)))
+        let start = threadCPU()
+        for _ in 0..<wakes {
+            wake.wait(until: nowNanoseconds() + interval)
+            if freezeReading {
+                var time = timespec()
+                var usage = rusage()
+                clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
+                getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+                _ = buffer.withUnsafeMutableBytes { pread(schedstat, $0.baseAddress, $0.count, 0) }
+            }
+        }
+        let perWake = Double(threadCPU() - start) / 1000 / Double(wakes)
+        result.withLock { $0 = perWake }
+    }
+    thread.start()
+    while !thread.isFinished { usleep(50_000) }
+    return result.withLock { $0 }
 }

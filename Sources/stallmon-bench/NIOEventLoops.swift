@@ -174,6 +174,7 @@ struct NIOEventLoops {
         let watchdogs = Self.threads(named: ["stallmon-watch", "stallmon-pool"])
         let eventLoops = Array(group.makeIterator())
         var injected: [DetectionQuality.Injected] = []
+        let busyStart = (threads: threadCPUByName(), at: nowNanoseconds())
         for (index, duration) in durations.enumerated() {
             usleep(35_000)
             injected.append(try eventLoops[index % loops].submit {
@@ -183,6 +184,7 @@ struct NIOEventLoops {
             }.wait())
         }
         usleep(100_000)
+        let busy = Self.monitorThreadsShare(since: busyStart)
         monitor.stop()
         pool.stop()
         // The same group idle under monitors of the default threshold (100 ms): the watchdog looks half as often.
@@ -192,6 +194,17 @@ struct NIOEventLoops {
         let defaultIdle = idleCPU(seconds: quick ? 2 : 5)
         defaultMonitor.stop()
         defaultPool.stop()
+        // One loop and the pool, idle, the default threshold.
+        let single = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        defer { try? single.syncShutdownGracefully() }
+        let (singleMonitor, singlePool) = try startMonitors(single, defaults)
+        let singleIdle = idleCPU(seconds: quick ? 2 : 5)
+        singleMonitor.stop()
+        singlePool.stop()
+        // The floor, without stallmon: a bare thread that wakes as often as the idle watchdog (every 75 ms).
+        let idlePoll: UInt64 = 75_000_000
+        let bareWake = bareWakeCost(interval: idlePoll, freezeReading: false, seconds: quick ? 2 : 5)
+        let bareWithReading = bareWakeCost(interval: idlePoll, freezeReading: true, seconds: quick ? 2 : 5)
         let reports = try ReportReader.scan(directory: directory).reports.map(\.report)
         let detections = reports.filter { $0.loop.hasPrefix("NIO-") }.map(DetectionQuality.Detection.init)
         let scored = DetectionQuality(quick: quick, scratch: scratch, logger: logger).score(injected, detections)
@@ -214,6 +227,24 @@ struct NIOEventLoops {
         for (name, share) in defaultIdle.byThread.sorted(by: { $0.key < $1.key }) {
             results.add(Figure(section: "nio", name: "… of which thread \(name)", value: share, unit: "%"))
         }
+        results.add(Figure(section: "nio", name: "1 idle loop + pool, default threshold: process CPU",
+                           value: singleIdle.total, unit: "%"))
+        for (name, share) in singleIdle.byThread.sorted(by: { $0.key < $1.key }) {
+            results.add(Figure(section: "nio", name: "… of which thread \(name)", value: share, unit: "%"))
+        }
+        let wakesPerSecond = 1e9 / Double(idlePoll)
+        results.add(Figure(section: "nio", name: "floor: a bare wake-up every 75 ms, CPU per wake", value: bareWake,
+                           unit: "us"))
+        results.add(Figure(section: "nio", name: "… as a share of a CPU", value: bareWake * wakesPerSecond / 1e4,
+                           unit: "%"))
+        results.add(Figure(section: "nio", name: "… with one freeze reading, CPU per wake", value: bareWithReading,
+                           unit: "us"))
+        results.add(Figure(section: "nio", name: "… as a share of a CPU", value: bareWithReading * wakesPerSecond / 1e4,
+                           unit: "%"))
+        for (name, share) in busy.sorted(by: { $0.key < $1.key }) {
+            results.add(Figure(section: "nio", name: "16 loops, \(count) stalls reported: thread \(name)", value: share,
+                               unit: "%"))
+        }
     }
 
     /// The group's monitor and the pool's, started and given 200 ms to settle.
@@ -231,15 +262,21 @@ struct NIOEventLoops {
     /// threads (named `stallmon-…`) by name.
     private func idleCPU(seconds: UInt32) -> (total: Double, byThread: [String: Double]) {
         let before = processCPUSeconds()
-        let threadsBefore = threadCPUByName()
-        let start = nowNanoseconds()
+        let start = (threads: threadCPUByName(), at: nowNanoseconds())
         sleep(seconds)
-        let wall = Double(nowNanoseconds() - start) / 1e9
+        let wall = Double(nowNanoseconds() - start.at) / 1e9
+        return ((processCPUSeconds() - before) / wall * 100, Self.monitorThreadsShare(since: start))
+    }
+
+    /// The CPU of each of the monitor's threads (named `stallmon-…`) since `start`, in % of one CPU.
+    static func monitorThreadsShare(since start: (threads: [String: UInt64], at: UInt64)) -> [String: Double] {
+        let wall = Double(nowNanoseconds() - start.at) / 1e9
         var byThread: [String: Double] = [:]
-        for (name, after) in threadCPUByName() where name.hasPrefix("stallmon") {
-            byThread[name] = Double(after &- (threadsBefore[name] ?? 0)) / 1e9 / wall * 100
+        // Thread names are cut at 15 characters; the bench's own main thread is `stallmon-bench`.
+        for (name, after) in threadCPUByName() where name.hasPrefix("stallmon-") && name != "stallmon-bench" {
+            byThread[name] = Double(after &- (start.threads[name] ?? 0)) / 1e9 / wall * 100
         }
-        return ((processCPUSeconds() - before) / wall * 100, byThread)
+        return byThread
     }
 
     /// How many threads of this process have one of `names` (their kernel name).
