@@ -8,7 +8,10 @@ import PackageDescription
 //                   `Looper`'s monitor and Swift Concurrency's global executor's (ConcurrencyStallMonitor).
 //                   swift-log, swift-metrics, swift-distributed-tracing's Instrumentation (a request's trace ids),
 //                   libunwind and libdw only: no NIO, HTTP or TLS.
-//   StallmonReport  the `stallmon.report/1` contract and its read side: types, reader, skimmer, summaries
+//   StallmonReport  the `stallmon.report/1` contract and its read side: types, reader, skimmer, summaries, the
+//                   Chrome/Perfetto timeline
+//   StallmonProfiles  (a target, not a product) stall samples as profiles: pprof's profile.proto and OTLP profiles,
+//                   with swift-protobuf (the generated code is committed: scripts/generate-protos.sh)
 //   StallmonUpload  spool, batching and retry decisions, OTLP/NDJSON payloads, the async-http-client transport;
 //                   plugs into the monitor as a `StallReportSink`. The transport is behind the `Upload` trait (on by
 //                   default): a service that wants no HTTP client or TLS in its build depends with `traits: []`,
@@ -52,6 +55,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/adam-fowler/compress-nio", from: "1.5.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
     ],
     targets: [
         // The clock and the busy-time histogram every C target and Swift measure with (header-inlined).
@@ -85,6 +89,10 @@ let package = Package(
             dependencies: ["CStallmonLoopShims"]
         ),
         .target(name: "StallmonReport"),
+        .target(
+            name: "StallmonProfiles",
+            dependencies: ["StallmonReport", .product(name: "SwiftProtobuf", package: "swift-protobuf")]
+        ),
         // Before-main set-up of the CLI (stop signals of `stallmon upload --daemon`).
         .target(name: "CStallmonCLI", cSettings: [.define("_GNU_SOURCE")]),
         .target(
@@ -106,6 +114,7 @@ let package = Package(
             dependencies: [
                 "Stallmon",
                 "StallmonReport",
+                "StallmonProfiles",
                 "CStallmonLoopShims",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -145,11 +154,15 @@ let package = Package(
                 "Stallmon",
                 "StallmonLoop",
                 "StallmonReport",
+                "StallmonProfiles",
                 "StallmonUpload",
                 "CStallmonCLI",
                 "CStallmonLoopShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+                // gzip for `report --pprof` (pprof files are gzipped).
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "CompressNIO", package: "compress-nio"),
             ]
         ),
         // The benchmarks behind README "Performance" (run through scripts/bench.sh, release build).
@@ -179,6 +192,9 @@ let package = Package(
         ),
         .testTarget(name: "StallmonLoopTests", dependencies: ["StallmonLoop"]),
         .testTarget(name: "StallmonReportTests", dependencies: ["StallmonReport", "StallmonTestSupport"]),
+        .testTarget(name: "StallmonProfilesTests",
+                    dependencies: ["StallmonProfiles", "StallmonReport", "StallmonTestSupport",
+                                   .product(name: "SwiftProtobuf", package: "swift-protobuf")]),
         .testTarget(
             name: "StallmonTests",
             dependencies: [

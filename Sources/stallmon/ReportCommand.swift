@@ -1,6 +1,9 @@
 import ArgumentParser
+import CompressNIO
 import Foundation
+import NIOCore
 import Stallmon
+import StallmonProfiles
 import StallmonReport
 
 /// `stallmon report [DIR]`: how many stalls, how long, and which code.
@@ -52,6 +55,12 @@ struct ReportCommand: ParsableCommand {
     @Flag(help: "Show each group's await chains: which async callers reached its blocking code, how often.")
     var chains = false
 
+    @Option(help: "Also write the selected stalls as a gzipped pprof profile (stall time by stack) to this file.")
+    var pprof: String?
+
+    @Option(help: "Also write the selected stalls as a Chrome JSON trace (Perfetto, chrome://tracing) to this file.")
+    var timeline: String?
+
     @OptionGroup var config: ConfigOptions
 
     func validate() throws {
@@ -67,7 +76,7 @@ struct ReportCommand: ParsableCommand {
         let directory = self.directory ?? configuration.reports.directory
         // The summary needs a few members per report; whole reports are only decoded for --folded, --html and
         // --chains.
-        let wantsSamples = folded != nil || html != nil || chains
+        let wantsSamples = folded != nil || html != nil || chains || pprof != nil || timeline != nil
         let digests: [(path: String, report: StallDigest)]
         var reports: [String: StallReport] = [:]
         let problems: [ReportReadError]
@@ -115,7 +124,27 @@ struct ReportCommand: ParsableCommand {
         if let html {
             try write(try HTMLReport.render(summary: summary, flame: StallProfile.flameTree(chosen)), to: html)
         }
+        if let pprof {
+            var stacks = StallStacks()
+            for report in chosen { stacks.add(report) }
+            try write(try Self.gzip(StallPprof.serialized(stacks)), to: pprof)
+        }
         if digests.isEmpty && !problems.isEmpty { throw ExitCode(1) }
+    }
+
+    private static func gzip(_ bytes: [UInt8]) throws -> [UInt8] {
+        var buffer = ByteBuffer(bytes: bytes)
+        var compressed = try buffer.compress(with: .gzip())
+        return compressed.readBytes(length: compressed.readableBytes) ?? []
+    }
+
+    private func write(_ bytes: [UInt8], to path: String) throws {
+        do {
+            try Data(bytes).write(to: URL(fileURLWithPath: path), options: .atomic)
+        } catch {
+            warn("cannot write \(path): \(error.localizedDescription)")
+            throw ExitCode(1)
+        }
     }
 
     private func write(_ text: String, to path: String) throws {

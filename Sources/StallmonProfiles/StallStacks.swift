@@ -1,0 +1,232 @@
+import StallmonReport
+
+/// The samples of many stall reports as the tables a profile is made of (strings, functions, locations, mappings,
+/// stacks) and one weighted sample per stall and distinct stack: what pprof (`StallPprof`) and OTLP profiles
+/// (`StallOTLPProfiles`) both carry, built once.
+///
+/// The weights make a flame graph of *time lost to stalls*. A stall's duration is shared among the stacks of its
+/// usable samples (captured, not idle, with frames) in proportion to how many samples each has, in nanoseconds that
+/// add up to the duration exactly; a stall with none is one sample of the pseudo-function `[no stack captured]`, so
+/// that the profile's total is the stalls' total. Its `stalls` count is 1 on its hottest stack (the most samples;
+/// the first of a tie), 0 on the others: the counts add up to the number of stalls.
+package struct StallStacks: Sendable {
+    /// A function as profiles name it: indices into `strings`.
+    package struct Function: Hashable, Sendable {
+        package var name: Int
+        /// The symbol as the report has it (the demangler's, with an async function's partial-function prefix).
+        package var systemName: Int
+        package var file: Int
+    }
+
+    package struct Line: Hashable, Sendable {
+        /// Index into `functions`.
+        package var function: Int
+        package var line: Int64
+    }
+
+    /// One address of a stack, with the functions inlined at it: `lines[0]` is the innermost (an inlined
+    /// function), the last the physical frame they were inlined into.
+    package struct Location: Hashable, Sendable {
+        /// Index into `mappings`, or nil when the frame named no module.
+        package var mapping: Int?
+        /// The mapping's start plus the frame's offset in its module (the offset alone without a mapping).
+        package var address: UInt64
+        package var lines: [Line]
+    }
+
+    /// A module, placed at a window of its own: reports carry module offsets, not addresses (ASLR), so each module
+    /// gets `[index << 40, (index + 1) << 40)` and its locations the start plus their offset.
+    package struct Mapping: Hashable, Sendable {
+        package var file: Int
+        package var buildID: Int
+        package var start: UInt64
+        package var limit: UInt64
+    }
+
+    /// What a sample is filtered and grouped by: indices into `strings`.
+    package struct Label: Hashable, Sendable {
+        package var key: Int
+        package var value: Int
+    }
+
+    package struct Sample: Sendable {
+        /// Index into `stacks`.
+        package var stack: Int
+        package var stalls: Int64
+        package var nanoseconds: Int64
+        package var labels: [Label]
+        /// The stall's request, when its scope was traced (lowercase hex, as the report has them).
+        package var traceID: String?
+        package var spanID: String?
+        /// When the stall began, nanoseconds since the Unix epoch (nil when the report's time did not parse).
+        package var start: UInt64?
+    }
+
+    /// `strings[0]` is "", as both formats require.
+    package private(set) var strings: [String] = [""]
+    package private(set) var functions: [Function] = []
+    package private(set) var locations: [Location] = []
+    package private(set) var mappings: [Mapping] = []
+    /// Indices into `locations`, the innermost first.
+    package private(set) var stacks: [[Int]] = []
+    package private(set) var samples: [Sample] = []
+    /// The earliest stall's start and the latest stall's end, epoch nanoseconds.
+    package private(set) var earliestStart: UInt64?
+    package private(set) var latestEnd: UInt64?
+    /// Stalls added.
+    package private(set) var stalls = 0
+
+    private var stringIndex: [String: Int] = ["": 0]
+    private var functionIndex: [Function: Int] = [:]
+    private var locationIndex: [Location: Int] = [:]
+    private var mappingIndex: [String: Int] = [:]
+    private var stackIndex: [[Int]: Int] = [:]
+
+    /// The labels' keys, as profile stores show them.
+    package enum LabelKey {
+        package static let loop = "loop"
+        package static let stallClass = "class"
+        package static let label = "label"
+        package static let signature = "signature"
+        package static let buildID = "build_id"
+        package static let spanID = "span_id"
+    }
+
+    /// The pseudo-function of a stall with no usable sample.
+    package static let noStack = "[no stack captured]"
+    /// Appended to an async function's name in its frame of an await chain: it was suspended awaiting the frame
+    /// before it, not running.
+    package static let asyncSuffix = " [async]"
+
+    package init() {}
+
+    /// Adds `report`'s stall.
+    package mutating func add(_ report: StallReport) {
+        stalls += 1
+        let start = WallTime.unixNanoseconds(report.start.wall)
+        let duration = Int64(max(0, (report.durationMs * 1e6).rounded()))
+        if let start {
+            earliestStart = min(earliestStart ?? start, start)
+            let end = start &+ UInt64(duration)
+            latestEnd = max(latestEnd ?? end, end)
+        }
+        let labels = labels(of: report)
+        var locationOfGroup: [[Int]: Int] = [:]
+        var countByStack: [Int: Int] = [:]
+        var order: [Int] = []
+        for sample in report.samples where sample.status == .ok && sample.idle != true && !sample.frames.isEmpty {
+            let stack = intern(stack: sample.frames, of: report, cache: &locationOfGroup)
+            if countByStack[stack] == nil { order.append(stack) }
+            countByStack[stack, default: 0] += 1
+        }
+        if order.isEmpty {
+            let location = intern(location: Location(mapping: nil, address: 0, lines: [
+                Line(function: intern(function: Self.noStack, systemName: Self.noStack, file: nil), line: 0),
+            ]))
+            order = [intern(stack: [location])]
+            countByStack[order[0]] = 1
+        }
+        let total = order.reduce(0) { $0 + countByStack[$1]! }
+        var hottest = order[0]
+        for stack in order where countByStack[stack]! > countByStack[hottest]! { hottest = stack }
+        var given: Int64 = 0
+        for (position, stack) in order.enumerated() {
+            // The last stack takes the rounding's remainder: the shares add up to the duration exactly.
+            let share = position == order.count - 1
+                ? duration - given : duration * Int64(countByStack[stack]!) / Int64(total)
+            given += share
+            samples.append(Sample(stack: stack, stalls: stack == hottest ? 1 : 0, nanoseconds: share, labels: labels,
+                                  traceID: report.traceId, spanID: report.spanId, start: start))
+        }
+    }
+
+    private mutating func labels(of report: StallReport) -> [Label] {
+        var labels: [Label] = []
+        func add(_ key: String, _ value: String?) {
+            guard let value, !value.isEmpty else { return }
+            labels.append(Label(key: intern(key), value: intern(value)))
+        }
+        add(LabelKey.loop, report.loop)
+        add(LabelKey.stallClass, report.stallClass?.rawValue)
+        add(LabelKey.label, report.label)
+        add(LabelKey.signature, report.signature)
+        add(LabelKey.buildID, report.process.buildId)
+        return labels
+    }
+
+    /// A sample's frames (indices into the report's `frames`, innermost first) as a stack of locations: each run
+    /// of inlined frames joins the physical frame after it in one location.
+    private mutating func intern(stack frames: [Int], of report: StallReport, cache: inout [[Int]: Int]) -> Int {
+        var stack: [Int] = []
+        var group: [Int] = []
+        for index in frames where report.frames.indices.contains(index) {
+            group.append(index)
+            if report.frames[index].inlined == true { continue }
+            stack.append(location(of: group, in: report, cache: &cache))
+            group.removeAll(keepingCapacity: true)
+        }
+        // A truncated stack can end inside an inlined run: its frames still make a location.
+        if !group.isEmpty { stack.append(location(of: group, in: report, cache: &cache)) }
+        return intern(stack: stack)
+    }
+
+    private mutating func location(of group: [Int], in report: StallReport, cache: inout [[Int]: Int]) -> Int {
+        if let known = cache[group] { return known }
+        let physical = report.frames[group[group.count - 1]]
+        var mapping: Int?
+        if let module = physical.module { mapping = intern(mapping: module, buildID: physical.buildId) }
+        let offset = physical.offset.flatMap { UInt64($0.hasPrefix("0x") ? String($0.dropFirst(2)) : $0, radix: 16) }
+            ?? 0
+        let lines = group.map { index -> Line in
+            let frame = report.frames[index]
+            var name = frame.functionKey
+            if frame.async == true { name = StallReport.Frame.withoutPartialFunctionPrefix(name) + Self.asyncSuffix }
+            return Line(function: intern(function: name, systemName: frame.functionKey, file: frame.file),
+                        line: Int64(frame.line ?? 0))
+        }
+        let base = mapping.map { mappings[$0].start } ?? 0
+        let interned = intern(location: Location(mapping: mapping, address: base &+ offset, lines: lines))
+        cache[group] = interned
+        return interned
+    }
+
+    /// `string`'s index in `strings`, added when new (the formats' own strings: sample types, label keys).
+    package mutating func intern(_ string: String) -> Int {
+        if let known = stringIndex[string] { return known }
+        strings.append(string)
+        stringIndex[string] = strings.count - 1
+        return strings.count - 1
+    }
+
+    private mutating func intern(function name: String, systemName: String, file: String?) -> Int {
+        let function = Function(name: intern(name), systemName: intern(systemName), file: intern(file ?? ""))
+        if let known = functionIndex[function] { return known }
+        functions.append(function)
+        functionIndex[function] = functions.count - 1
+        return functions.count - 1
+    }
+
+    private mutating func intern(location: Location) -> Int {
+        if let known = locationIndex[location] { return known }
+        locations.append(location)
+        locationIndex[location] = locations.count - 1
+        return locations.count - 1
+    }
+
+    private mutating func intern(mapping module: String, buildID: String?) -> Int {
+        let key = module + "\u{0}" + (buildID ?? "")
+        if let known = mappingIndex[key] { return known }
+        let start = UInt64(mappings.count + 1) << 40
+        mappings.append(Mapping(file: intern(module), buildID: intern(buildID ?? ""), start: start,
+                                limit: start + (1 << 40)))
+        mappingIndex[key] = mappings.count - 1
+        return mappings.count - 1
+    }
+
+    private mutating func intern(stack: [Int]) -> Int {
+        if let known = stackIndex[stack] { return known }
+        stacks.append(stack)
+        stackIndex[stack] = stacks.count - 1
+        return stacks.count - 1
+    }
+}
