@@ -6,12 +6,15 @@ bash scripts/setup.sh
 
 # Tools the tests drive: headless Chromium renders the HTML report, binutils (addr2line, objcopy, strip) checks and
 # splits symbols, a C compiler builds the shared library of the dlopen fault test and the seccomp launcher, strace
-# counts the fsyncs of durable writes.
+# counts the fsyncs of durable writes, `go tool pprof` (golang-go) and protoc (protobuf-compiler) read the pprof
+# profiles `stallmon report --pprof` writes.
 tools=()
 command -v chromium >/dev/null || tools+=(chromium)
 command -v addr2line >/dev/null && command -v objcopy >/dev/null || tools+=(binutils)
 command -v cc >/dev/null || tools+=(gcc)
 command -v strace >/dev/null || tools+=(strace)
+command -v go >/dev/null || tools+=(golang-go)
+command -v protoc >/dev/null || tools+=(protobuf-compiler)
 if ((${#tools[@]} > 0)); then
     sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
     echo "test: installing ${tools[*]}" >&2

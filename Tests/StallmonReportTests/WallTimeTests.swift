@@ -21,7 +21,7 @@ struct WallTimeTests {
     }
 
     @Test(arguments: ["", "garbage", "2026-13-01T00:00:00Z", "1969-12-31T23:59:59Z", "2026-11-28T17:05:34.Z",
-                      "2026-11-28 17:05:34Z", "2026-11-28T17:05:34.1234567890Z"])
+                      "2026-11-28 17:05:34Z"])
     func otherTextIsNoTime(text: String) {
         #expect(WallTime.unixNanoseconds(text) == nil, "\(text)")
     }
