@@ -5,7 +5,10 @@ import StallmonReport
 /// `stallmon report --html`: one self-contained page (no network access): the summary, a duration histogram, the
 /// groups table and an interactive flame graph (click to zoom, hover for counts). All code is stallmon's own.
 enum HTMLReport {
-    static func render(summary: StallSummary, flame: FlameNode) throws -> String {
+    /// `timeline`: the path of a `--timeline` trace written beside the page, linked from it (relative to the page
+    /// when both are in one directory).
+    static func render(summary: StallSummary, flame: FlameNode, timeline: (path: String, page: String)? = nil) throws
+        -> String {
         struct Payload: Encodable {
             var summary: StallSummary
             var flame: FlameNode
@@ -14,7 +17,21 @@ enum HTMLReport {
         encoder.outputFormatting = [.sortedKeys]
         let json = String(decoding: try encoder.encode(Payload(summary: summary, flame: flame)), as: UTF8.self)
             .replacingOccurrences(of: "</", with: "<\\/")  // never close the script element from inside the data
-        return page.replacingOccurrences(of: "%DATA%", with: json)
+        return page.replacingOccurrences(of: "%TIMELINE%", with: timeline.map(timelineLink) ?? "")
+            .replacingOccurrences(of: "%DATA%", with: json)
+    }
+
+    private static func timelineLink(_ timeline: (path: String, page: String)) -> String {
+        let trace = URL(fileURLWithPath: timeline.path).standardizedFileURL
+        let page = URL(fileURLWithPath: timeline.page).standardizedFileURL
+        let href = trace.deletingLastPathComponent() == page.deletingLastPathComponent()
+            ? trace.lastPathComponent : trace.absoluteString
+        func escaped(_ text: String) -> String {
+            text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
+                .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
+        }
+        return "<p id=\"timeline\">The same stalls over time: <a href=\"\(escaped(href))\">\(escaped(trace.lastPathComponent))</a> "
+            + "(a Chrome JSON trace: open it at ui.perfetto.dev, \"Open trace file\", or in chrome://tracing).</p>"
     }
 
     private static let page = """
@@ -45,6 +62,7 @@ enum HTMLReport {
         <body>
         <h1>stallmon report</h1>
         <div id="overview" class="muted"></div>
+        %TIMELINE%
         <h2>Durations</h2>
         <svg id="histogram" width="640" height="180" role="img" aria-label="histogram of stall durations"></svg>
         <h2>Groups</h2>

@@ -17,7 +17,9 @@ struct ReportCommand: ParsableCommand {
             blocked, starved) and top in-app frame with file:line. Unreadable files are skipped with one warning \
             each on standard error. With --format json, prints one object of schema stallmon.summary/1 (see \
             README). --folded writes all samples as folded stacks (flamegraph.pl, speedscope); --html writes a \
-            self-contained page with the histogram, the groups and an interactive flame graph. --chains lists, \
+            self-contained page with the histogram, the groups and an interactive flame graph. --pprof writes the \
+            stall time by stack as a gzipped pprof profile (go tool pprof, Pyroscope); --timeline writes a Chrome \
+            JSON trace (ui.perfetto.dev, chrome://tracing), linked from the --html page. --chains lists, \
             under each group, the await chains its async stalls were reached through (the async functions that \
             awaited the blocking code), and how many stalls each.
 
@@ -121,8 +123,13 @@ struct ReportCommand: ParsableCommand {
         if let folded {
             try write(StallProfile.folded(chosen), to: folded)
         }
+        if let timeline {
+            let pairs = selected.compactMap { entry in reports[entry.path].map { (path: entry.path, report: $0) } }
+            try write(Array(try StallTimeline.json(pairs.map(\.report), paths: pairs.map(\.path))), to: timeline)
+        }
         if let html {
-            try write(try HTMLReport.render(summary: summary, flame: StallProfile.flameTree(chosen)), to: html)
+            try write(try HTMLReport.render(summary: summary, flame: StallProfile.flameTree(chosen),
+                                            timeline: timeline.map { ($0, html) }), to: html)
         }
         if let pprof {
             var stacks = StallStacks()

@@ -1,0 +1,169 @@
+import Foundation
+
+/// Stall reports as a timeline in the Chrome JSON trace format (the "Trace Event Format"), which ui.perfetto.dev and
+/// `chrome://tracing` open: a process per monitored process, a track per loop, pool or starved pool, each stall a
+/// slice named by its top function and label, hangs and still-ongoing stalls as instants, and the CPU limit's
+/// throttled time and CPU pressure over each stall as counters.
+///
+/// Times are microseconds since the Unix epoch, from the reports' wall-clock starts. Slices of one track never
+/// overlap: a stall that begins before the previous one on its track ended (stalls of two pool workers, or two
+/// processes of one pid) goes to the track's next lane (`swift-global-executor #2`), so every track nests as the
+/// format requires.
+package enum StallTimeline {
+    /// One event of the format. Only the members an event's phase uses are written.
+    package struct Event: Encodable, Equatable {
+        package var name: String
+        /// `X` complete slice, `i` instant, `C` counter, `M` metadata.
+        package var ph: String
+        package var pid: Int
+        package var tid: Int?
+        package var ts: Double?
+        package var dur: Double?
+        package var cat: String?
+        /// An instant's scope: `t`, its track.
+        package var s: String?
+        package var args: [String: Argument]?
+    }
+
+    package enum Argument: Encodable, Equatable {
+        case text(String)
+        case number(Double)
+        case flag(Bool)
+
+        package func encode(to encoder: any Encoder) throws {
+            var container = encoder.singleValueContainer()
+            switch self {
+            case .text(let text): try container.encode(text)
+            case .number(let number): try container.encode(number)
+            case .flag(let flag): try container.encode(flag)
+            }
+        }
+    }
+
+    /// The trace of `reports` (`paths`, when given, name each report's file in its slice).
+    package static func events(_ reports: [StallReport], paths: [String]? = nil) -> [Event] {
+        var layout = Layout()
+        var events: [Event] = []
+        let starts = reports.map(start(of:))
+        let order = reports.indices.filter { starts[$0] != nil }.sorted { starts[$0]! < starts[$1]! }
+        for index in order {
+            let report = reports[index]
+            let begin = starts[index]!
+            let duration = max(0, (report.durationMs * 1_000_000).rounded() / 1000)
+            let pid = layout.process(of: report)
+            let tid = layout.track(pid: pid, name: trackName(of: report), from: begin, to: begin + duration)
+            var args: [String: Argument] = ["durationMs": .number(report.durationMs), "id": .text(report.id),
+                                            "thread": .number(Double(report.thread.tid))]
+            if let stallClass = report.stallClass { args["class"] = .text(stallClass.rawValue) }
+            if !report.label.isEmpty { args["label"] = .text(report.label) }
+            if let signature = report.signature { args["signature"] = .text(signature) }
+            if let traceID = report.traceId { args["traceId"] = .text(traceID) }
+            if let spanID = report.spanId { args["spanId"] = .text(spanID) }
+            if let top = report.topFrame { args["topFrame"] = .text(top.displayName) }
+            if report.ongoing { args["ongoing"] = .flag(true) }
+            if let path = paths?[index] { args["report"] = .text(path) }
+            events.append(Event(name: sliceName(of: report), ph: "X", pid: pid, tid: tid, ts: begin, dur: duration,
+                                cat: report.kind ?? "stall", args: args))
+            if let hang = report.hang {
+                events.append(Event(name: "hang: \(hang.action) after \(Int(hang.afterMs)) ms", ph: "i", pid: pid,
+                                    tid: tid, ts: begin + min(duration, hang.afterMs * 1000), cat: "hang", s: "t"))
+            }
+            if report.ongoing {
+                events.append(Event(name: "still ongoing when last written", ph: "i", pid: pid, tid: tid,
+                                    ts: begin + duration, cat: "interim", s: "t"))
+            }
+            events += counters(of: report, pid: pid, from: begin, to: begin + duration)
+        }
+        return layout.metadata() + events
+    }
+
+    /// The whole trace file: `{"traceEvents": [...], "displayTimeUnit": "ms"}`.
+    package static func json(_ reports: [StallReport], paths: [String]? = nil) throws -> Data {
+        struct Trace: Encodable {
+            var traceEvents: [Event]
+            var displayTimeUnit = "ms"
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        return try encoder.encode(Trace(traceEvents: events(reports, paths: paths)))
+    }
+
+    /// The report's start, microseconds since the epoch (whole ones and the nanoseconds apart: a Double holds
+    /// today's microseconds exactly, not today's nanoseconds).
+    private static func start(of report: StallReport) -> Double? {
+        WallTime.unixNanoseconds(report.start.wall).map { Double($0 / 1000) + Double($0 % 1000) / 1000 }
+    }
+
+    /// The top function (the innermost of the service's own code) and the label: `App.handle(request:) [GET /x]`.
+    static func sliceName(of report: StallReport) -> String {
+        var name = report.topFrame?.symbol ?? "(no in-app frame)"
+        if report.kind == "starvation" { name = "starved: " + name }
+        if !report.label.isEmpty { name += " [\(report.label)]" }
+        return name
+    }
+
+    private static func trackName(of report: StallReport) -> String {
+        report.kind == "starvation" ? "\(report.loop) starvation" : report.loop
+    }
+
+    /// Throttled time and pressure over the stall, per loop, back to 0 at its end.
+    private static func counters(of report: StallReport, pid: Int, from begin: Double, to end: Double) -> [Event] {
+        guard let contention = report.cpuContention else { return [] }
+        var events: [Event] = []
+        func counter(_ name: String, _ value: Double?) {
+            guard let value else { return }
+            events.append(Event(name: name, ph: "C", pid: pid, ts: begin, args: [report.loop: .number(value)]))
+            events.append(Event(name: name, ph: "C", pid: pid, ts: end, args: [report.loop: .number(0)]))
+        }
+        counter("throttled ms in stall", contention.throttledMs)
+        counter("cpu pressure % over stall", contention.pressureSomePercent)
+        return events
+    }
+
+    /// Processes and tracks, numbered in the order met; each track's lanes keep its slices from overlapping.
+    private struct Layout {
+        private var processes: [String: Int] = [:]
+        private var processNames: [Int: String] = [:]
+        /// Per process and track name: each lane's tid and where its latest slice ends.
+        private var lanes: [Int: [String: [(tid: Int, end: Double)]]] = [:]
+        private var trackNames: [(pid: Int, tid: Int, name: String)] = []
+
+        mutating func process(of report: StallReport) -> Int {
+            let key = "\(report.process.hostname)\u{0}\(report.process.pid)\u{0}\(report.process.executable)"
+            if let known = processes[key] { return known }
+            let pid = processes.count + 1
+            processes[key] = pid
+            let executable = report.process.executable.split(separator: "/").last.map(String.init)
+                ?? report.process.executable
+            processNames[pid] = "\(executable) (pid \(report.process.pid) on \(report.process.hostname))"
+            return pid
+        }
+
+        mutating func track(pid: Int, name: String, from begin: Double, to end: Double) -> Int {
+            var tracks = lanes[pid] ?? [:]
+            var laneList = tracks[name] ?? []
+            defer {
+                tracks[name] = laneList
+                lanes[pid] = tracks
+            }
+            if let free = laneList.firstIndex(where: { $0.end <= begin }) {
+                laneList[free].end = end
+                return laneList[free].tid
+            }
+            let tid = trackNames.filter { $0.pid == pid }.count + 1
+            laneList.append((tid, end))
+            trackNames.append((pid, tid, laneList.count == 1 ? name : "\(name) #\(laneList.count)"))
+            return tid
+        }
+
+        func metadata() -> [Event] {
+            processNames.sorted { $0.key < $1.key }.map { pid, name in
+                Event(name: "process_name", ph: "M", pid: pid, args: ["name": .text(name)])
+            } + trackNames.flatMap { track in
+                [Event(name: "thread_name", ph: "M", pid: track.pid, tid: track.tid, args: ["name": .text(track.name)]),
+                 Event(name: "thread_sort_index", ph: "M", pid: track.pid, tid: track.tid,
+                       args: ["sort_index": .number(Double(track.tid))])]
+            }
+        }
+    }
+}
