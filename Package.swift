@@ -160,9 +160,9 @@ let package = Package(
                 "CStallmonLoopShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
-                // gzip for `report --pprof` (pprof files are gzipped).
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "CompressNIO", package: "compress-nio"),
+                // gzip for `report --pprof` (pprof files are gzipped; written plain without the Upload trait).
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["Upload"])),
+                .product(name: "CompressNIO", package: "compress-nio", condition: .when(traits: ["Upload"])),
             ]
         ),
         // The benchmarks behind README "Performance" (run through scripts/bench.sh, release build).

@@ -1,7 +1,11 @@
 import ArgumentParser
+#if Upload
 import CompressNIO
+#endif
 import Foundation
+#if Upload
 import NIOCore
+#endif
 import Stallmon
 import StallmonProfiles
 import StallmonReport
@@ -139,10 +143,16 @@ struct ReportCommand: ParsableCommand {
         if digests.isEmpty && !problems.isEmpty { throw ExitCode(1) }
     }
 
+    /// pprof files are gzipped; a build without the Upload trait (no compress-nio) writes the profile plain, which
+    /// pprof readers take as well.
     private static func gzip(_ bytes: [UInt8]) throws -> [UInt8] {
+        #if Upload
         var buffer = ByteBuffer(bytes: bytes)
         var compressed = try buffer.compress(with: .gzip())
         return compressed.readBytes(length: compressed.readableBytes) ?? []
+        #else
+        return bytes
+        #endif
     }
 
     private func write(_ bytes: [UInt8], to path: String) throws {

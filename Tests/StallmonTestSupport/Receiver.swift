@@ -24,6 +24,9 @@ public final class Receiver: @unchecked Sendable {
         public var resources: [[String: AnyJSON]]?
         /// Per log record: its attributes as opentelemetry-proto's MessageToDict gives them (`{"stringValue": …}`).
         public var records: [[String: AnyJSON]]?
+        /// OTLP profiles requests: each profile resolved (`type`, `unit`, `time_unix_nano`, `resource`, `samples`:
+        /// `functions` innermost first, `values`, `attributes`, `trace_id`, `span_id`, `timestamps`).
+        public var profiles: [[String: AnyJSON]]?
     }
 
     /// Starts receiver.py with a JSON `plan` of per-request behaviours (see the script).

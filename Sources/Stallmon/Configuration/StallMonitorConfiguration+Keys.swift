@@ -71,6 +71,12 @@ extension StallMonitorConfiguration {
             try configuration.upload.validateEndpoint()  // here, so the error names the file and line
         },
         .choice("upload_format", \.upload.format, expected: "otlp or ndjson"),
+        ConfigurationKey("upload_signals") { (configuration, value) throws(ConfigurationError) in
+            guard let signals = UploadSignal.parseList(value) else {
+                throw .invalid(key: "upload_signals", value: value, reason: "expected logs, profiles or logs,profiles")
+            }
+            configuration.upload.signals = signals
+        },
         ConfigurationKey("upload_token", secret: true) { (configuration, value) throws(ConfigurationError) in
             guard UploadConfiguration.isValidFieldValue(value) else {  // never echoed in errors
                 throw ConfigurationError("invalid upload_token: contains a control character or a newline "

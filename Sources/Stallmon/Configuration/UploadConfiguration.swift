@@ -8,6 +8,9 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
     public var endpoint: String?
     /// Key `upload_format`: `otlp` (default) or `ndjson`.
     public var format: UploadFormat = .otlp
+    /// Key `upload_signals`: what an OTLP batch is sent as, `logs` (default), `profiles`, or both. A batch leaves
+    /// the spool only once every signal was acknowledged.
+    public var signals: Set<UploadSignal> = [.logs]
     /// Key `spool`: queue reports for upload. Default: on when `endpoint` is set.
     public var spool: Bool?
     /// Bearer token (key `upload_token`, or `STALLMON_UPLOAD_TOKEN`). Never printed or logged.
@@ -61,7 +64,8 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
 
     public var description: String {
         "UploadConfiguration(endpoint: \(endpoint.map { Self.redacted(endpoint: $0) } ?? "none"), "
-            + "format: \(format.rawValue), spool: \(spoolEnabled), "
+            + "format: \(format.rawValue), signals: \(signals.sorted().map(\.rawValue).joined(separator: ",")), "
+            + "spool: \(spoolEnabled), "
             + "token: \(token == nil && tokenFile == nil ? "none" : "<redacted>"), headers: "
             + headers.map { "\($0.name): <redacted>" }.joined(separator: ", ") + ")"
     }
@@ -73,6 +77,13 @@ public struct UploadConfiguration: Sendable, Equatable, CustomStringConvertible,
     /// Checks the endpoint, limits and token file; errors name the key and never show secrets.
     public func validate() throws(ConfigurationError) {
         try validateEndpoint()
+        guard !signals.isEmpty else {
+            throw .invalid(key: "upload_signals", value: "", reason: "expected logs, profiles or logs,profiles")
+        }
+        guard format == .otlp || signals == [.logs] else {
+            throw .invalid(key: "upload_signals", value: signals.sorted().map(\.rawValue).joined(separator: ","),
+                           reason: "profiles are OTLP only: set upload_format = otlp")
+        }
         guard batchMaxReports >= 1 else {
             throw .invalid(key: "upload_batch_max_reports", value: "\(batchMaxReports)", reason: "must be at least 1")
         }

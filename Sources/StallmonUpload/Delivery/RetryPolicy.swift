@@ -28,7 +28,7 @@ enum RetryPolicy {
         case .transportFailure(let reason):
             return .retry(afterNanoseconds: backoff(attempt: attempt, base: baseBackoff, max: maxBackoff,
                                                     jitter: jitter), reason: reason)
-        case .response(let status, let retryAfter, let body):
+        case .response(let status, let retryAfter, let body, _):
             if (200..<300).contains(status) {
                 let partial = OTLPPartialSuccess.parse(body)
                 return .delivered(rejectedRecords: partial?.rejected ?? 0, message: partial?.message)
@@ -80,7 +80,8 @@ enum RetryPolicy {
 
 /// What happened to one request.
 enum DeliveryOutcome: Equatable {
-    case response(status: Int, retryAfter: String?, body: String)
+    /// `body`: the answer's first 4 KiB as text (errors quote it); `bytes`: the same, as sent (a protobuf answer).
+    case response(status: Int, retryAfter: String?, body: String, bytes: [UInt8] = [])
     /// Connection refused or reset, DNS, TLS, timeout: no HTTP answer.
     case transportFailure(String)
 }

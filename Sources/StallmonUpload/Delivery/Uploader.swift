@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Metrics
 import Stallmon
+import StallmonProfiles
 import StallmonReport
 import Synchronization
 
@@ -26,6 +27,9 @@ package struct UploadStatistics: Sendable, Equatable {
     /// Reports the receiver acknowledged that could not be removed from the spool (a read-only or failing spool):
     /// never sent again by this uploader; their removal is retried with backoff.
     package var deliveredNotRemoved: Int
+    /// Reports whose profiles the receiver refused for good while their logs went through (`upload_signals` with
+    /// both): the profiles were dropped.
+    package var profilesRefused: Int = 0
 }
 
 /// Delivers the spool to a collector: batches, gzip, OTLP retry rules, quotas. Runs on its own plain thread
@@ -39,6 +43,7 @@ package final class Uploader: Sendable {
     /// The endpoint as logs may show it: without user, password or query.
     private let endpointForLogs: String
     private let url: String
+    private let profilesURL: String
     private let requestHeaders: [(String, String)]
     private let logger: Logger
     private let transport: HTTPTransport
@@ -60,6 +65,7 @@ package final class Uploader: Sendable {
         let retryable = Atomic<Int>(0)
         let partial = Atomic<Int>(0)
         let deliveredNotRemoved = Atomic<Int>(0)
+        let profilesRefused = Atomic<Int>(0)
     }
 
     /// Entries acknowledged by the receiver whose removal failed, by name and file: filtered out of every batch so
@@ -82,6 +88,7 @@ package final class Uploader: Sendable {
         self.spool = spool
         endpointForLogs = UploadConfiguration.redacted(endpoint: endpoint)
         url = configuration.format.url(for: endpoint)
+        profilesURL = UploadSignal.profilesURL(for: endpoint)
         requestHeaders = headers
         self.logger = logger
         transport = HTTPTransport(connectTimeout: min(configuration.requestTimeout, .seconds(5)))
@@ -101,7 +108,8 @@ package final class Uploader: Sendable {
                          retryableFailures: counters.retryable.load(ordering: .relaxed),
                          partiallyRejectedRecords: counters.partial.load(ordering: .relaxed),
                          pending: notYetDelivered((try? spool.pending()) ?? []).count,
-                         deliveredNotRemoved: counters.deliveredNotRemoved.load(ordering: .relaxed))
+                         deliveredNotRemoved: counters.deliveredNotRemoved.load(ordering: .relaxed),
+                         profilesRefused: counters.profilesRefused.load(ordering: .relaxed))
     }
 
     /// `entries` less those already acknowledged (same name, same file).
@@ -188,6 +196,9 @@ package final class Uploader: Sendable {
         var rejection = SpoolChore()
         /// `rejected/` was brought within its bounds once since this uploader started (a config may have lowered them).
         var rejectedTrimmed = false
+        /// Entries whose profiles the receiver acknowledged (or refused for good) while their logs are not yet: by
+        /// name, forgotten when they leave the spool. In memory only: a restart may send a batch's profiles twice.
+        var profilesAcknowledged: Set<String> = []
     }
 
     /// A spool operation that failed and is retried: next try (monotonic), tries so far, the error being reported.
@@ -302,6 +313,13 @@ package final class Uploader: Sendable {
             }
         }
         guard !reports.isEmpty else { return }
+        if configuration.signals.contains(.profiles) {
+            guard sendProfiles(reports, of: sendable, state: &state, deadline: deadline) else { return }
+        }
+        guard configuration.signals.contains(.logs) else {
+            acknowledge(sendable, rejectedRecords: 0, message: nil, state: &state)
+            return
+        }
         let body: [UInt8]
         do {
             body = try UploadPayload.encode(reports, format: configuration.format,
@@ -311,50 +329,123 @@ package final class Uploader: Sendable {
             rejectEntries(sendable, state: &state, reason: "cannot encode: \(error)")
             return
         }
+        counters.requests.wrappingAdd(1, ordering: .relaxed)
+        let outcome = transport.post(url: url, body: body, contentType: configuration.format.contentType,
+                                     headers: requestHeaders, timeout: requestTimeout(deadline: deadline))
+        switch decide(outcome, state: &state) {
+        case .delivered(let rejectedRecords, let message):
+            acknowledge(sendable, rejectedRecords: rejectedRecords, message: message, state: &state)
+        case .retry(let after, let reason):
+            retry(after: after, reason: reason, state: &state)
+        case .reject(let reason):
+            rejectEntries(sendable, state: &state, reason: reason)
+            state.attempt = 0
+        }
+    }
+
+    /// Sends the OTLP profiles of the batch's reports not yet acknowledged as profiles (a batch whose logs failed
+    /// after its profiles went through is retried without sending them twice). True when the logs may follow;
+    /// false when the batch waits for a retry, or, sent as profiles only, was refused.
+    private func sendProfiles(_ reports: [StallReport], of entries: [SpoolEntry], state: inout LoopState,
+                              deadline: UInt64?) -> Bool {
+        let unsent = entries.indices.filter { !state.profilesAcknowledged.contains(entries[$0].name) }
+        guard !unsent.isEmpty else { return true }
+        let names = unsent.map { entries[$0].name }
+        let body: [UInt8]
+        do {
+            body = try StallOTLPProfiles.request(unsent.map { reports[$0] }, serviceName: configuration.serviceName)
+                .serializedBytes()
+        } catch {
+            return refuseProfiles(of: entries, names: names, reason: "cannot encode profiles: \(error)", state: &state)
+        }
+        counters.requests.wrappingAdd(1, ordering: .relaxed)
+        let outcome = transport.post(url: profilesURL, body: body, contentType: "application/x-protobuf",
+                                     headers: requestHeaders, timeout: requestTimeout(deadline: deadline))
+        switch decide(outcome, state: &state) {
+        case .delivered:
+            if case .response(_, _, _, let bytes) = outcome, !bytes.isEmpty,
+               let answer = try? StallOTLPProfiles.Response(serializedBytes: bytes),
+               answer.partialSuccess.rejectedProfiles > 0 || !answer.partialSuccess.errorMessage.isEmpty {
+                counters.partial.wrappingAdd(Int(clamping: answer.partialSuccess.rejectedProfiles), ordering: .relaxed)
+                logger.warning("stallmon: the receiver accepted the batch's profiles but rejected some", metadata: [
+                    "rejected": "\(answer.partialSuccess.rejectedProfiles)",
+                    "message": "\(answer.partialSuccess.errorMessage)",
+                ])
+            }
+            state.profilesAcknowledged.formUnion(names)
+            return true
+        case .retry(let after, let reason):
+            retry(after: after, reason: "profiles: \(reason)", state: &state)
+            return false
+        case .reject(let reason):
+            return refuseProfiles(of: entries, names: names, reason: "profiles: \(reason)", state: &state)
+        }
+    }
+
+    /// The receiver refused the batch's profiles for good. With logs also sent, the logs still go (a profile is
+    /// derived from the report the logs carry whole) and the profiles are not retried; sent as profiles only, the
+    /// batch moves to `rejected/`.
+    private func refuseProfiles(of entries: [SpoolEntry], names: [String], reason: String,
+                                state: inout LoopState) -> Bool {
+        state.attempt = 0
+        guard configuration.signals.contains(.logs) else {
+            rejectEntries(entries, state: &state, reason: reason)
+            return false
+        }
+        counters.profilesRefused.wrappingAdd(names.count, ordering: .relaxed)
+        logger.error("stallmon: the receiver refused the batch's profiles; its logs are sent, the profiles dropped",
+                     metadata: ["count": "\(names.count)", "reason": "\(reason)"])
+        state.profilesAcknowledged.formUnion(names)
+        return true
+    }
+
+    private func requestTimeout(deadline: UInt64?) -> Duration {
         var timeout = configuration.requestTimeout
         if let deadline {
             let left = deadline > cstallmon_monotonic_ns() ? deadline - cstallmon_monotonic_ns() : 0
             timeout = min(timeout, .nanoseconds(Int64(clamping: max(left, 1_000_000))))
         }
-        counters.requests.wrappingAdd(1, ordering: .relaxed)
-        let outcome = transport.post(url: url, body: body, contentType: configuration.format.contentType,
-                                     headers: requestHeaders, timeout: timeout)
-        let decision = RetryPolicy.decide(
+        return timeout
+    }
+
+    private func decide(_ outcome: DeliveryOutcome, state: inout LoopState) -> RetryPolicy.Decision {
+        RetryPolicy.decide(
             outcome, attempt: state.attempt + 1,
             baseBackoff: UInt64(configuration.backoffBase.nanosecondsClamped),
             maxBackoff: UInt64(configuration.backoffMax.nanosecondsClamped),
             retryAfterCap: UInt64(configuration.retryAfterCap.nanosecondsClamped),
             jitter: Double.random(in: 0..<1, using: &state.random),
             nowEpochSeconds: Int(WallClock.nowNanoseconds() / 1_000_000_000))
-        switch decision {
-        case .delivered(let rejectedRecords, let message):
-            do {
-                try spool.remove(sendable)
-            } catch {
-                rememberUnremoved(sendable, error: "\(error)", state: &state)
-            }
-            counters.delivered.wrappingAdd(sendable.count, ordering: .relaxed)
-            deliveredCounter.increment(by: Int64(sendable.count))
-            if rejectedRecords > 0 {
-                counters.partial.wrappingAdd(rejectedRecords, ordering: .relaxed)
-                logger.warning("stallmon: the receiver accepted the batch but rejected some records", metadata: [
-                    "rejected": "\(rejectedRecords)", "message": "\(message ?? "")",
-                ])
-            }
-            state.attempt = 0
-            if let previous = state.failing {
-                logger.notice("stallmon: uploads succeed again", metadata: ["endpoint": "\(endpointForLogs)",
-                                                                            "previousError": "\(previous)"])
-                state.failing = nil
-            }
-        case .retry(let after, let reason):
-            counters.retryable.wrappingAdd(1, ordering: .relaxed)
-            state.attempt += 1
-            state.retryAt = cstallmon_monotonic_ns() + after
-            logFailure(&state, reason)
-        case .reject(let reason):
-            rejectEntries(sendable, state: &state, reason: reason)
-            state.attempt = 0
+    }
+
+    private func retry(after: UInt64, reason: String, state: inout LoopState) {
+        counters.retryable.wrappingAdd(1, ordering: .relaxed)
+        state.attempt += 1
+        state.retryAt = cstallmon_monotonic_ns() + after
+        logFailure(&state, reason)
+    }
+
+    /// Every signal acknowledged `entries`: they leave the spool.
+    private func acknowledge(_ entries: [SpoolEntry], rejectedRecords: Int, message: String?, state: inout LoopState) {
+        do {
+            try spool.remove(entries)
+        } catch {
+            rememberUnremoved(entries, error: "\(error)", state: &state)
+        }
+        state.profilesAcknowledged.subtract(entries.map(\.name))
+        counters.delivered.wrappingAdd(entries.count, ordering: .relaxed)
+        deliveredCounter.increment(by: Int64(entries.count))
+        if rejectedRecords > 0 {
+            counters.partial.wrappingAdd(rejectedRecords, ordering: .relaxed)
+            logger.warning("stallmon: the receiver accepted the batch but rejected some records", metadata: [
+                "rejected": "\(rejectedRecords)", "message": "\(message ?? "")",
+            ])
+        }
+        state.attempt = 0
+        if let previous = state.failing {
+            logger.notice("stallmon: uploads succeed again", metadata: ["endpoint": "\(endpointForLogs)",
+                                                                        "previousError": "\(previous)"])
+            state.failing = nil
         }
     }
 

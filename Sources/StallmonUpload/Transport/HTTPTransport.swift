@@ -55,12 +55,13 @@ final class HTTPTransport: Sendable {
         defer { inFlight.withLock { $0 = nil } }
         do {
             let response = try task.futureResult.wait()
-            var bodyText = ""
+            var bytes: [UInt8] = []
             if var buffer = response.body {
-                bodyText = buffer.readString(length: min(buffer.readableBytes, 4096)) ?? ""
+                bytes = buffer.readBytes(length: min(buffer.readableBytes, 4096)) ?? []
             }
             return .response(status: Int(response.status.code),
-                             retryAfter: response.headers.first(name: "Retry-After"), body: bodyText)
+                             retryAfter: response.headers.first(name: "Retry-After"),
+                             body: String(decoding: bytes, as: UTF8.self), bytes: bytes)
         } catch {
             return .transportFailure(Self.describe(error))
         }
