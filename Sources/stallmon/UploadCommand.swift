@@ -93,7 +93,9 @@ struct UploadCommand: ParsableCommand {
             + "pending \(statistics.pending) (\(statistics.requests) requests, "
             + "\(statistics.retryableFailures) retryable failures)"
             + (statistics.deliveredNotRemoved > 0
-                ? "; \(statistics.deliveredNotRemoved) delivered but not removable from the spool" : ""))
+                ? "; \(statistics.deliveredNotRemoved) delivered but not removable from the spool" : "")
+            + (statistics.profilesRefused > 0
+                ? "; the profiles of \(statistics.profilesRefused) refused by the receiver (their logs delivered)" : ""))
         if statistics.pending > 0 || statistics.deliveredNotRemoved > 0 { throw ExitCode(1) }
     }
 
