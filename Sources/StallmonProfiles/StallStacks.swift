@@ -100,8 +100,44 @@ package struct StallStacks: Sendable {
 
     package init() {}
 
+    /// What a profile reads of a report: the timeline's entry (which has the summary's digest), the samples and the
+    /// frames; decoded alone (`ReportReader.decodeSubset`), without images, call tree or figures.
+    package struct Stall: ReportSubset {
+        package var entry: StallTimeline.Entry
+        package var samples: [StallReport.Sample]
+        package var frames: [StallReport.Frame]
+
+        private enum CodingKeys: String, CodingKey {
+            case samples, frames
+        }
+
+        package static let memberKeys: [[UInt8]] = StallTimeline.Entry.memberKeys + [Array("samples".utf8),
+                                                                                     Array("frames".utf8)]
+        package var schema: String { entry.schema }
+        package var startWall: String { entry.start.wall }
+
+        package init(from decoder: any Decoder) throws {
+            entry = try StallTimeline.Entry(from: decoder)
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            samples = try container.decode([StallReport.Sample].self, forKey: .samples)
+            frames = try container.decode([StallReport.Frame].self, forKey: .frames)
+        }
+
+        package init(_ report: StallReport) {
+            entry = StallTimeline.Entry(report)
+            samples = report.samples
+            frames = report.frames
+        }
+    }
+
     /// Adds `report`'s stall.
     package mutating func add(_ report: StallReport) {
+        add(Stall(report))
+    }
+
+    /// Adds a stall read as a `Stall`.
+    package mutating func add(_ stall: Stall) {
+        let report = stall.entry
         stalls += 1
         let start = WallTime.unixNanoseconds(report.start.wall)
         let duration = Int64(max(0, (report.durationMs * 1e6).rounded()))
@@ -114,8 +150,8 @@ package struct StallStacks: Sendable {
         var locationOfGroup: [[Int]: Int] = [:]
         var countByStack: [Int: Int] = [:]
         var order: [Int] = []
-        for sample in report.samples where sample.status == .ok && sample.idle != true && !sample.frames.isEmpty {
-            let stack = intern(stack: sample.frames, of: report, cache: &locationOfGroup)
+        for sample in stall.samples where sample.status == .ok && sample.idle != true && !sample.frames.isEmpty {
+            let stack = intern(stack: sample.frames, of: stall.frames, cache: &locationOfGroup)
             if countByStack[stack] == nil { order.append(stack) }
             countByStack[stack, default: 0] += 1
         }
@@ -140,7 +176,7 @@ package struct StallStacks: Sendable {
         }
     }
 
-    private mutating func labels(of report: StallReport) -> [Label] {
+    private mutating func labels(of report: StallTimeline.Entry) -> [Label] {
         var labels: [Label] = []
         func add(_ key: String, _ value: String?) {
             guard let value, !value.isEmpty else { return }
@@ -156,29 +192,30 @@ package struct StallStacks: Sendable {
 
     /// A sample's frames (indices into the report's `frames`, innermost first) as a stack of locations: each run
     /// of inlined frames joins the physical frame after it in one location.
-    private mutating func intern(stack frames: [Int], of report: StallReport, cache: inout [[Int]: Int]) -> Int {
+    private mutating func intern(stack indices: [Int], of frames: [StallReport.Frame], cache: inout [[Int]: Int])
+        -> Int {
         var stack: [Int] = []
         var group: [Int] = []
-        for index in frames where report.frames.indices.contains(index) {
+        for index in indices where frames.indices.contains(index) {
             group.append(index)
-            if report.frames[index].inlined == true { continue }
-            stack.append(location(of: group, in: report, cache: &cache))
+            if frames[index].inlined == true { continue }
+            stack.append(location(of: group, in: frames, cache: &cache))
             group.removeAll(keepingCapacity: true)
         }
         // A truncated stack can end inside an inlined run: its frames still make a location.
-        if !group.isEmpty { stack.append(location(of: group, in: report, cache: &cache)) }
+        if !group.isEmpty { stack.append(location(of: group, in: frames, cache: &cache)) }
         return intern(stack: stack)
     }
 
-    private mutating func location(of group: [Int], in report: StallReport, cache: inout [[Int]: Int]) -> Int {
+    private mutating func location(of group: [Int], in frames: [StallReport.Frame], cache: inout [[Int]: Int]) -> Int {
         if let known = cache[group] { return known }
-        let physical = report.frames[group[group.count - 1]]
+        let physical = frames[group[group.count - 1]]
         var mapping: Int?
         if let module = physical.module { mapping = intern(mapping: module, buildID: physical.buildId) }
         let offset = physical.offset.flatMap { UInt64($0.hasPrefix("0x") ? String($0.dropFirst(2)) : $0, radix: 16) }
             ?? 0
         let lines = group.map { index -> Line in
-            let frame = report.frames[index]
+            let frame = frames[index]
             var name = frame.functionKey
             if frame.async == true { name = StallReport.Frame.withoutPartialFunctionPrefix(name) + Self.asyncSuffix }
             return Line(function: intern(function: name, systemName: frame.functionKey, file: frame.file),

@@ -80,17 +80,29 @@ struct ReportCommand: ParsableCommand {
         // an error, never silently ignored.
         let configuration = try config.load()
         let directory = self.directory ?? configuration.reports.directory
-        // The summary needs a few members per report; whole reports are only decoded for --folded, --html and
-        // --chains.
-        let wantsSamples = folded != nil || html != nil || chains || pprof != nil || timeline != nil
+        // Each output reads only the members it needs, in one pass over the directory: the summary a digest, the
+        // timeline a little more, the pprof profile the samples and frames too; whole reports only for --folded,
+        // --html and --chains.
         let digests: [(path: String, report: StallDigest)]
         var reports: [String: StallReport] = [:]
+        var stalls: [String: StallStacks.Stall] = [:]
+        var entries: [String: StallTimeline.Entry] = [:]
         let problems: [ReportReadError]
         do {
-            if wantsSamples {
+            if folded != nil || html != nil || chains {
                 let scan = try ReportReader.scan(directory: directory)
                 digests = scan.reports.map { ($0.path, StallDigest($0.report)) }
                 reports = Dictionary(scan.reports.map { ($0.path, $0.report) }, uniquingKeysWith: { first, _ in first })
+                problems = scan.problems
+            } else if pprof != nil {
+                let scan: ReportReader.DirectoryScan<StallStacks.Stall> = try ReportReader.scanSubsets(directory: directory)
+                digests = scan.reports.map { ($0.path, $0.report.entry.digest) }
+                stalls = Dictionary(scan.reports.map { ($0.path, $0.report) }, uniquingKeysWith: { first, _ in first })
+                problems = scan.problems
+            } else if timeline != nil {
+                let scan: ReportReader.DirectoryScan<StallTimeline.Entry> = try ReportReader.scanSubsets(directory: directory)
+                digests = scan.reports.map { ($0.path, $0.report.digest) }
+                entries = Dictionary(scan.reports.map { ($0.path, $0.report) }, uniquingKeysWith: { first, _ in first })
                 problems = scan.problems
             } else {
                 let scan = try ReportReader.scanDigests(directory: directory)
@@ -128,8 +140,12 @@ struct ReportCommand: ParsableCommand {
             try write(StallProfile.folded(chosen), to: folded)
         }
         if let timeline {
-            let pairs = selected.compactMap { entry in reports[entry.path].map { (path: entry.path, report: $0) } }
-            try write(Array(try StallTimeline.json(pairs.map(\.report), paths: pairs.map(\.path))), to: timeline)
+            let chosenEntries = selected.compactMap { entry in
+                (reports[entry.path].map(StallTimeline.Entry.init) ?? stalls[entry.path]?.entry ?? entries[entry.path])
+                    .map { (path: entry.path, entry: $0) }
+            }
+            try write(Array(try StallTimeline.json(chosenEntries.map(\.entry), paths: chosenEntries.map(\.path))),
+                      to: timeline)
         }
         if let html {
             try write(try HTMLReport.render(summary: summary, flame: StallProfile.flameTree(chosen),
@@ -137,7 +153,9 @@ struct ReportCommand: ParsableCommand {
         }
         if let pprof {
             var stacks = StallStacks()
-            for report in chosen { stacks.add(report) }
+            for entry in selected {
+                if let report = reports[entry.path] { stacks.add(report) } else if let stall = stalls[entry.path] { stacks.add(stall) }
+            }
             try write(try Self.gzip(StallPprof.serialized(stacks)), to: pprof)
         }
         if digests.isEmpty && !problems.isEmpty { throw ExitCode(1) }

@@ -37,7 +37,7 @@ struct StallTimelineTests {
     }
 
     static func checked(_ reports: [StallReport]) throws -> TraceEventChecker.Checked {
-        let data = try StallTimeline.json(reports, paths: reports.map { "/r/stall-\($0.id).json" })
+        let data = try StallTimeline.json(reports.map(StallTimeline.Entry.init), paths: reports.map { "/r/stall-\($0.id).json" })
         switch TraceEventChecker.check(data) {
         case .success(let checked): return checked
         case .failure(let problems):

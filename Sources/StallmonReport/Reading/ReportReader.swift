@@ -28,6 +28,20 @@ public enum ReportReader {
     public static func readDigest(_ path: String) throws(ReportReadError) -> StallDigest {
         try decodeDigest(try contents(of: path), path: path)
     }
+}
+
+/// A subset of a report's members, which `ReportReader.decodeSubset` decodes without the others.
+package protocol ReportSubset: Decodable, Sendable {
+    /// The top-level members it decodes (its coding keys).
+    static var memberKeys: [[UInt8]] { get }
+    /// The same subset of a report decoded whole (the reader's fallback).
+    init(_ report: StallReport)
+    var schema: String { get }
+    /// `start.wall`, which scans sort by.
+    var startWall: String { get }
+}
+
+extension ReportReader {
 
     /// No report is anywhere near this large; a bigger file is refused before it is read into memory.
     static let maximumReportBytes = 256 << 20
@@ -99,57 +113,62 @@ public enum ReportReader {
         }
     }
 
-    /// Decodes what a summary needs of a report. The whole file is checked for JSON syntax and for every member
-    /// a report must have, but only the digest's members are decoded: samples, frames and images, most of a
-    /// report, are skipped (`JSONSkimmer`). Errors are the same as `decode`'s, whose reasons are used.
+    /// Decodes what a summary needs of a report (`decodeSubset`).
     public static func decodeDigest(_ data: Data, path: String) throws(ReportReadError) -> StallDigest {
+        try decodeSubset(data, path: path)
+    }
+
+    /// Decodes a subset of a report's members. The whole file is checked for JSON syntax and for every member a
+    /// report must have, but only the subset's members are decoded: samples, frames and images, most of a report,
+    /// are skipped unless the subset has them (`JSONSkimmer`). Errors are the same as `decode`'s, whose reasons are
+    /// used.
+    package static func decodeSubset<Subset: ReportSubset>(_ data: Data, path: String) throws(ReportReadError)
+        -> Subset {
         if data.isEmpty { throw ReportReadError(path: path, reason: "empty file") }
-        guard let digestJSON = digestMembers(of: data) else {
+        guard let json = members(Subset.memberKeys, of: data) else {
             // Not JSON, not an object, or a member missing: the full decoder names the reason. Should it accept
             // what the skimmer refused, its report stands.
-            return StallDigest(try decode(data, path: path))
+            return Subset(try decode(data, path: path))
         }
-        let digest: StallDigest
+        let subset: Subset
         do {
-            digest = try JSONDecoder().decode(StallDigest.self, from: digestJSON)
+            subset = try JSONDecoder().decode(Subset.self, from: json)
         } catch {
-            return StallDigest(try decode(data, path: path))
+            return Subset(try decode(data, path: path))
         }
-        try checkSchema(digest.schema, path: path)
-        return digest
+        try checkSchema(subset.schema, path: path)
+        return subset
     }
 
     /// Members every report has (`StallReport`'s non-optional properties).
     private static let requiredMembers: [[UInt8]] = StallReport.requiredKeys.map { Array($0.utf8) }
-    /// Members a digest decodes.
-    private static let digestKeys: [[UInt8]] = StallDigest.CodingKeys.allCases.map { Array($0.stringValue.utf8) }
 
-    /// A JSON object of the digest's members of `data`, or nil when `data` is not a JSON object or lacks a member
-    /// every report has.
-    private static func digestMembers(of data: Data) -> Data? {
+    /// A JSON object of the members of `data` named in `keys`, or nil when `data` is not a JSON object or lacks a
+    /// member every report has.
+    private static func members(_ keys: [[UInt8]], of data: Data) -> Data? {
         data.withUnsafeBytes { bytes -> Data? in
             guard let members = try? JSONSkimmer.topLevelMembers(bytes) else { return nil }
             var required = requiredMembers.count
             var seen = [Bool](repeating: false, count: required)
-            var digest = Data()
-            digest.reserveCapacity(1024)
-            digest.append(UInt8(ascii: "{"))
+            var subset = Data()
+            subset.reserveCapacity(1024)
+            subset.append(UInt8(ascii: "{"))
             for member in members {
                 let key = UnsafeRawBufferPointer(rebasing: bytes[member.key])
                 if let index = requiredMembers.firstIndex(where: { $0.elementsEqual(key) }), !seen[index] {
                     seen[index] = true
                     required -= 1
                 }
-                guard digestKeys.contains(where: { $0.elementsEqual(key) }) else { continue }
-                if digest.count > 1 { digest.append(UInt8(ascii: ",")) }
-                digest.append(UInt8(ascii: "\""))
-                digest.append(contentsOf: key)
-                digest.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
-                digest.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[member.value]))
+                guard keys.contains(where: { $0.elementsEqual(key) }) else { continue }
+                if subset.count > 1 { subset.append(UInt8(ascii: ",")) }
+                subset.append(UInt8(ascii: "\""))
+                subset.append(contentsOf: key)
+                subset.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+                subset.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[member.value]))
             }
             guard required == 0 else { return nil }
-            digest.append(UInt8(ascii: "}"))
-            return digest
+            subset.append(UInt8(ascii: "}"))
+            return subset
         }
     }
 
@@ -183,7 +202,15 @@ public enum ReportReader {
 
     /// Reads what a summary needs of every report in `directory` (see `decodeDigest`), on all cores.
     public static func scanDigests(directory: String) throws(ReportReadError) -> DirectoryScan<StallDigest> {
-        try scan(directory: directory, start: \.start.wall) { path throws(ReportReadError) in try readDigest(path) }
+        try scanSubsets(directory: directory)
+    }
+
+    /// Reads a subset of every report in `directory` (see `decodeSubset`), on all cores.
+    package static func scanSubsets<Subset: ReportSubset>(directory: String) throws(ReportReadError)
+        -> DirectoryScan<Subset> {
+        try scan(directory: directory, start: \.startWall) { path throws(ReportReadError) in
+            try decodeSubset(try contents(of: path), path: path)
+        }
     }
 
     private static func scan<Item: Sendable>(

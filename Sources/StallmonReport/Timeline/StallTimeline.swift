@@ -10,6 +10,68 @@ import Foundation
 /// processes of one pid) goes to the track's next lane (`swift-global-executor #2`), so every track nests as the
 /// format requires.
 package enum StallTimeline {
+    /// What the timeline reads of a report: the summary's digest and the members a slice shows. Decoded alone
+    /// (`ReportReader.decodeSubset`), without samples, frames or images.
+    package struct Entry: ReportSubset, Equatable {
+        package var schema: String
+        package var id: String
+        package var ongoing: Bool
+        package var process: StallReport.ProcessDescription
+        package var thread: StallReport.ThreadDescription
+        package var loop: String
+        package var start: StallReport.StartTime
+        package var durationMs: Double
+        package var label: String
+        package var traceId: String?
+        package var spanId: String?
+        package var topFrame: StallReport.FrameSummary?
+        package var stallClass: StallClass?
+        package var signature: String?
+        package var suppressedBefore: Int?
+        package var waitingOn: [StallReport.WaitingOn]?
+        package var kind: String?
+        package var hang: StallReport.Hang?
+        package var cpuContention: StallReport.CPUContention?
+
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case schema, id, ongoing, process, thread, loop, start, durationMs, label, traceId, spanId, topFrame
+            case stallClass = "class"
+            case signature, suppressedBefore, waitingOn, kind, hang, cpuContention
+        }
+
+        package static let memberKeys: [[UInt8]] = CodingKeys.allCases.map { Array($0.stringValue.utf8) }
+        package var startWall: String { start.wall }
+
+        package init(_ report: StallReport) {
+            schema = report.schema
+            id = report.id
+            ongoing = report.ongoing
+            process = report.process
+            thread = report.thread
+            loop = report.loop
+            start = report.start
+            durationMs = report.durationMs
+            label = report.label
+            traceId = report.traceId
+            spanId = report.spanId
+            topFrame = report.topFrame
+            stallClass = report.stallClass
+            signature = report.signature
+            suppressedBefore = report.suppressedBefore
+            waitingOn = report.waitingOn
+            kind = report.kind
+            hang = report.hang
+            cpuContention = report.cpuContention
+        }
+
+        /// The summary's view of the same report.
+        package var digest: StallDigest {
+            StallDigest(schema: schema, id: id, ongoing: ongoing, loop: loop, start: start, durationMs: durationMs,
+                        stallClass: stallClass, signature: signature, topFrame: topFrame,
+                        suppressedBefore: suppressedBefore, waitingOn: waitingOn, kind: kind)
+        }
+    }
+
     /// One event of the format. Only the members an event's phase uses are written.
     package struct Event: Encodable, Equatable {
         package var name: String
@@ -41,7 +103,7 @@ package enum StallTimeline {
     }
 
     /// The trace of `reports` (`paths`, when given, name each report's file in its slice).
-    package static func events(_ reports: [StallReport], paths: [String]? = nil) -> [Event] {
+    package static func events(_ reports: [Entry], paths: [String]? = nil) -> [Event] {
         var layout = Layout()
         var events: [Event] = []
         let starts = reports.map(start(of:))
@@ -78,7 +140,7 @@ package enum StallTimeline {
     }
 
     /// The whole trace file: `{"traceEvents": [...], "displayTimeUnit": "ms"}`.
-    package static func json(_ reports: [StallReport], paths: [String]? = nil) throws -> Data {
+    package static func json(_ reports: [Entry], paths: [String]? = nil) throws -> Data {
         struct Trace: Encodable {
             var traceEvents: [Event]
             var displayTimeUnit = "ms"
@@ -90,24 +152,24 @@ package enum StallTimeline {
 
     /// The report's start, microseconds since the epoch (whole ones and the nanoseconds apart: a Double holds
     /// today's microseconds exactly, not today's nanoseconds).
-    private static func start(of report: StallReport) -> Double? {
+    private static func start(of report: Entry) -> Double? {
         WallTime.unixNanoseconds(report.start.wall).map { Double($0 / 1000) + Double($0 % 1000) / 1000 }
     }
 
     /// The top function (the innermost of the service's own code) and the label: `App.handle(request:) [GET /x]`.
-    static func sliceName(of report: StallReport) -> String {
+    static func sliceName(of report: Entry) -> String {
         var name = report.topFrame?.symbol ?? "(no in-app frame)"
         if report.kind == "starvation" { name = "starved: " + name }
         if !report.label.isEmpty { name += " [\(report.label)]" }
         return name
     }
 
-    private static func trackName(of report: StallReport) -> String {
+    private static func trackName(of report: Entry) -> String {
         report.kind == "starvation" ? "\(report.loop) starvation" : report.loop
     }
 
     /// Throttled time and pressure over the stall, per loop, back to 0 at its end.
-    private static func counters(of report: StallReport, pid: Int, from begin: Double, to end: Double) -> [Event] {
+    private static func counters(of report: Entry, pid: Int, from begin: Double, to end: Double) -> [Event] {
         guard let contention = report.cpuContention else { return [] }
         var events: [Event] = []
         func counter(_ name: String, _ value: Double?) {
@@ -128,7 +190,7 @@ package enum StallTimeline {
         private var lanes: [Int: [String: [(tid: Int, end: Double)]]] = [:]
         private var trackNames: [(pid: Int, tid: Int, name: String)] = []
 
-        mutating func process(of report: StallReport) -> Int {
+        mutating func process(of report: Entry) -> Int {
             let key = "\(report.process.hostname)\u{0}\(report.process.pid)\u{0}\(report.process.executable)"
             if let known = processes[key] { return known }
             let pid = processes.count + 1
