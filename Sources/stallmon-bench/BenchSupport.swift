@@ -87,17 +87,23 @@ func residentBytes() -> Double {
 /// resource usage.
 @discardableResult
 func timeCommand(_ arguments: [String]) throws -> (seconds: Double, status: Int32, peakMiB: Double) {
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    // fork, not posix_spawn: glibc's posix_spawn shares this process's memory until the exec (vfork), and the kernel
+    // then counts this process's resident set as the child's peak (ru_maxrss), hiding the child's own.
     var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
     defer { argv.forEach { free($0) } }
-    var pid: pid_t = 0
+    let devNull = open("/dev/null", O_WRONLY | O_CLOEXEC)
+    defer { close(devNull) }
+    let program = argv[0]!
     let start = nowNanoseconds()
-    let rc = posix_spawnp(&pid, arguments[0], &actions, nil, &argv, environ)
-    guard rc == 0 else { throw BenchError("cannot run \(arguments[0]): \(String(cString: strerror(rc)))") }
+    let pid = fork()
+    if pid == 0 {
+        // The child: only async-signal-safe calls until the exec.
+        _ = dup2(devNull, 1)
+        _ = dup2(devNull, 2)
+        _ = argv.withUnsafeMutableBufferPointer { execvp(program, $0.baseAddress!) }
+        _exit(127)
+    }
+    guard pid > 0 else { throw BenchError("cannot fork: \(String(cString: strerror(errno)))") }
     var status: Int32 = 0
     var usage = rusage()
     while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
