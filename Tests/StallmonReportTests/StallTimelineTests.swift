@@ -85,6 +85,18 @@ struct StallTimelineTests {
         #expect(checked.counters.filter { $0.name == "cpu pressure % over stall" }.count == 2)
     }
 
+    /// The trace's JSON is written by hand: names and arguments with quotes, backslashes, newlines, control
+    /// characters and non-ASCII text read back as they were.
+    @Test func textIsEscapedAsJSONRequires() throws {
+        var report = GroupFixture.report(id: "e", durationMs: 120, topSymbol: #"App.quote("\")"#)
+        report.label = "GET /ä?\"x\"\n\t\u{01}\\end"
+        let checked = try Self.checked([report])
+        let slice = try #require(checked.slices.first)
+        #expect(slice.name == #"App.quote("\")"# + " [\(report.label)]")
+        #expect(slice.args["label"] == report.label)
+        #expect(slice.dur == 120_000)
+    }
+
     @Test func aReportWhoseTimeDoesNotParseIsLeftOut() throws {
         var reports = Self.reports()
         reports[0].start.wall = "yesterday"

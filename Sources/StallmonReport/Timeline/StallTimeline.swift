@@ -73,7 +73,7 @@ package enum StallTimeline {
     }
 
     /// One event of the format. Only the members an event's phase uses are written.
-    package struct Event: Encodable, Equatable {
+    package struct Event: Equatable {
         package var name: String
         /// `X` complete slice, `i` instant, `C` counter, `M` metadata.
         package var ph: String
@@ -87,19 +87,10 @@ package enum StallTimeline {
         package var args: [String: Argument]?
     }
 
-    package enum Argument: Encodable, Equatable {
+    package enum Argument: Equatable {
         case text(String)
         case number(Double)
         case flag(Bool)
-
-        package func encode(to encoder: any Encoder) throws {
-            var container = encoder.singleValueContainer()
-            switch self {
-            case .text(let text): try container.encode(text)
-            case .number(let number): try container.encode(number)
-            case .flag(let flag): try container.encode(flag)
-            }
-        }
     }
 
     /// The trace of `reports` (`paths`, when given, name each report's file in its slice).
@@ -139,15 +130,17 @@ package enum StallTimeline {
         return layout.metadata() + events
     }
 
-    /// The whole trace file: `{"traceEvents": [...], "displayTimeUnit": "ms"}`.
+    /// The whole trace file: `{"traceEvents": [...], "displayTimeUnit": "ms"}`. Written by hand (`TraceWriter`):
+    /// JSONEncoder took a fifth of the time of a 100,000-report timeline, on one core.
     package static func json(_ reports: [Entry], paths: [String]? = nil) throws -> Data {
-        struct Trace: Encodable {
-            var traceEvents: [Event]
-            var displayTimeUnit = "ms"
+        var writer = TraceWriter()
+        writer.raw(#"{"traceEvents":["#)
+        for (index, event) in events(reports, paths: paths).enumerated() {
+            if index > 0 { writer.raw(",\n") }
+            writer.event(event)
         }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes]
-        return try encoder.encode(Trace(traceEvents: events(reports, paths: paths)))
+        writer.raw(#"],"displayTimeUnit":"ms"}"#)
+        return Data(writer.bytes)
     }
 
     /// The report's start, microseconds since the epoch (whole ones and the nanoseconds apart: a Double holds
@@ -227,5 +220,99 @@ package enum StallTimeline {
                        args: ["sort_index": .number(Double(track.tid))])]
             }
         }
+    }
+}
+
+/// The trace's JSON, byte by byte: strings escaped as RFC 8259 requires, numbers in Swift's shortest form that
+/// reads back to the same Double.
+private struct TraceWriter {
+    var bytes: [UInt8] = []
+
+    mutating func raw(_ text: String) {
+        bytes.append(contentsOf: text.utf8)
+    }
+
+    mutating func event(_ event: StallTimeline.Event) {
+        raw("{")
+        member("name", first: true)
+        string(event.name)
+        member("ph")
+        string(event.ph)
+        member("pid")
+        number(Double(event.pid))
+        if let tid = event.tid {
+            member("tid")
+            number(Double(tid))
+        }
+        if let ts = event.ts {
+            member("ts")
+            number(ts)
+        }
+        if let dur = event.dur {
+            member("dur")
+            number(dur)
+        }
+        if let cat = event.cat {
+            member("cat")
+            string(cat)
+        }
+        if let scope = event.s {
+            member("s")
+            string(scope)
+        }
+        if let args = event.args {
+            member("args")
+            raw("{")
+            for (index, key) in args.keys.sorted().enumerated() {
+                if index > 0 { raw(",") }
+                string(key)
+                raw(":")
+                switch args[key]! {
+                case .text(let text): string(text)
+                case .number(let value): number(value)
+                case .flag(let flag): raw(flag ? "true" : "false")
+                }
+            }
+            raw("}")
+        }
+        raw("}")
+    }
+
+    private mutating func member(_ key: String, first: Bool = false) {
+        if !first { bytes.append(UInt8(ascii: ",")) }
+        string(key)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    mutating func number(_ value: Double) {
+        guard value.isFinite else {
+            raw("0")  // JSON has no NaN or infinity; no figure here is either
+            return
+        }
+        if value == value.rounded(), abs(value) < 9e15 {  // integers Double holds exactly
+            raw(String(Int64(value)))
+        } else {
+            raw(String(value))
+        }
+    }
+
+    mutating func string(_ text: String) {
+        bytes.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
+            case UInt8(ascii: "\\"): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
+            case 0x0A: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+            case 0x0D: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+            case 0x09: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                bytes.append(contentsOf: Array(#"\u00"#.utf8))
+                bytes.append(hex[Int(byte >> 4)])
+                bytes.append(hex[Int(byte & 0xF)])
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
     }
 }
