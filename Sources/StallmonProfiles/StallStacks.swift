@@ -140,7 +140,7 @@ package struct StallStacks: Sendable {
         let report = stall.entry
         stalls += 1
         let start = WallTime.unixNanoseconds(report.start.wall)
-        let duration = Int64(max(0, (report.durationMs * 1e6).rounded()))
+        let duration = Self.nanoseconds(milliseconds: report.durationMs)
         if let start {
             earliestStart = min(earliestStart ?? start, start)
             let end = start &+ UInt64(duration)
@@ -168,12 +168,22 @@ package struct StallStacks: Sendable {
         var given: Int64 = 0
         for (position, stack) in order.enumerated() {
             // The last stack takes the rounding's remainder: the shares add up to the duration exactly.
-            let share = position == order.count - 1
-                ? duration - given : duration * Int64(countByStack[stack]!) / Int64(total)
+            // In Double: a duration read from a file times a count can pass Int64; a share never exceeds it.
+            let share = position == order.count - 1 ? duration - given
+                : min(duration - given,
+                      Int64(Double(duration) * Double(countByStack[stack]!) / Double(total)))
             given += share
             samples.append(Sample(stack: stack, stalls: stack == hottest ? 1 : 0, nanoseconds: share, labels: labels,
                                   traceID: report.traceId, spanID: report.spanId, start: start))
         }
+    }
+
+    /// `milliseconds` as whole nanoseconds, 0 for a negative or NaN value, saturated where Int64 ends (a report's
+    /// figure is outside input, and a conversion that overflows would trap).
+    static func nanoseconds(milliseconds: Double) -> Int64 {
+        let value = (milliseconds * 1e6).rounded()
+        guard value > 0 else { return 0 }
+        return value < 9.2e18 ? Int64(value) : Int64.max
     }
 
     private mutating func labels(of report: StallTimeline.Entry) -> [Label] {

@@ -107,4 +107,14 @@ struct StallStacksTests {
         #expect(stacks.earliestStart == WallTime.unixNanoseconds(Fixture.start(0)))
         #expect(stacks.latestEnd == WallTime.unixNanoseconds(Fixture.start(49)).map { $0 + 100_000_000 })
     }
+
+    /// A duration no Int64 of nanoseconds holds (a report is outside input): saturated, never a trap, and the
+    /// shares still add up to it.
+    @Test func anEnormousOrNegativeDurationDoesNotTrap() {
+        var stacks = StallStacks()
+        stacks.add(Fixture.report(durationMs: 1e300, topSymbol: "App.Worker.step()"))
+        #expect(stacks.samples.reduce(Int64(0)) { $0 &+ $1.nanoseconds } == Int64.max)
+        stacks.add(Fixture.report(durationMs: -5, topSymbol: "App.Worker.step()"))
+        #expect(stacks.samples.suffix(2).allSatisfy { $0.nanoseconds == 0 })
+    }
 }

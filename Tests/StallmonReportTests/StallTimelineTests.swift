@@ -97,6 +97,13 @@ struct StallTimelineTests {
         #expect(slice.dur == 120_000)
     }
 
+    @Test func enormousFiguresDoNotTrap() throws {
+        var report = GroupFixture.report(id: "big", durationMs: 1e300, topSymbol: "App.Worker.step()")
+        report.hang = StallReport.Hang(action: "abort", afterMs: 1e300)
+        let events = StallTimeline.events([StallTimeline.Entry(report)])
+        #expect(events.contains { $0.name.hasPrefix("hang: abort after 1e+300") })
+    }
+
     @Test func aReportWhoseTimeDoesNotParseIsLeftOut() throws {
         var reports = Self.reports()
         reports[0].start.wall = "yesterday"

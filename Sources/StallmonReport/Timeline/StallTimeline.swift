@@ -118,7 +118,8 @@ package enum StallTimeline {
             events.append(Event(name: sliceName(of: report), ph: "X", pid: pid, tid: tid, ts: begin, dur: duration,
                                 cat: report.kind ?? "stall", args: args))
             if let hang = report.hang {
-                events.append(Event(name: "hang: \(hang.action) after \(Int(hang.afterMs)) ms", ph: "i", pid: pid,
+                events.append(Event(name: "hang: \(hang.action) after \(Self.wholeMilliseconds(hang.afterMs)) ms",
+                                    ph: "i", pid: pid,
                                     tid: tid, ts: begin + min(duration, hang.afterMs * 1000), cat: "hang", s: "t"))
             }
             if report.ongoing {
@@ -141,6 +142,11 @@ package enum StallTimeline {
         }
         writer.raw(#"],"displayTimeUnit":"ms"}"#)
         return Data(writer.bytes)
+    }
+
+    /// A figure from a report as whole milliseconds for a name, without trapping on one no Int holds.
+    static func wholeMilliseconds(_ value: Double) -> String {
+        value.isFinite && abs(value) < 1e15 ? String(Int(value.rounded())) : String(value)
     }
 
     /// The report's start, microseconds since the epoch (whole ones and the nanoseconds apart: a Double holds
