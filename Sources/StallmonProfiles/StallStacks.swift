@@ -263,9 +263,10 @@ package struct StallStacks: Sendable {
     private mutating func intern(mapping module: String, buildID: String?) -> Int {
         let key = module + "\u{0}" + (buildID ?? "")
         if let known = mappingIndex[key] { return known }
-        let start = UInt64(mappings.count + 1) << 40
+        // Windows of 2^40 bytes: 2^24 modules before they wrap, which no process has.
+        let start = UInt64(truncatingIfNeeded: mappings.count + 1) &<< 40
         mappings.append(Mapping(file: intern(module), buildID: intern(buildID ?? ""), start: start,
-                                limit: start + (1 << 40)))
+                                limit: start &+ (1 << 40)))
         mappingIndex[key] = mappings.count - 1
         return mappings.count - 1
     }

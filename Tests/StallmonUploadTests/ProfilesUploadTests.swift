@@ -152,6 +152,41 @@ struct ProfilesUploadTests {
         #expect(statistics.delivered == 1 && statistics.partiallyRejectedRecords == 1)
     }
 
+    /// An interim report is replaced by its final one under the same name, which is sent too: a profile store would
+    /// count the stall twice. Interims go as logs only; a hang's report (ongoing, and maybe the last word) also as
+    /// a profile.
+    @Test func interimReportsGoAsLogsOnlyButHangsAsProfilesToo() throws {
+        let receiver = try Receiver()
+        let directory = makeTemporaryDirectory()
+        let spool = Spool(reportDirectory: directory)
+        var interim = sampleReport(durationMs: 2000)
+        interim.ongoing = true
+        var hang = sampleReport(durationMs: 30_000)
+        hang.ongoing = true
+        hang.hang = StallReport.Hang(action: "abort", afterMs: 30_000)
+        let final = sampleReport(durationMs: 250)
+        for (index, report) in [interim, hang, final].enumerated() {
+            let path = "\(directory)/stall-2026112\(String(format: "%05d", index))-\(report.id.prefix(8)).json"
+            try AtomicFile.write(Array(try JSONEncoder().encode(report)), to: path)
+            try spool.enqueue(reportPath: path)
+        }
+        let uploader = try Uploader(spool: spool, configuration: Self.configuration(receiver.baseURL),
+                                    logger: Logger(label: "test"))
+        #expect(uploader.flush(deadline: .seconds(20)).delivered == 3)
+        let requests = receiver.requests
+        #expect(Set(receiver.acknowledgedIDs) == [interim.id, hang.id, final.id], "all three as logs")
+        guard case .array(let samples)? = requests.first?.profiles?.first?["samples"] else {
+            Issue.record("no profile: \(requests)")
+            return
+        }
+        let total = samples.reduce(0.0) { total, sample in
+            guard case .object(let sample) = sample, case .array(let values)? = sample["values"],
+                  case .number(let value)? = values.first else { return total }
+            return total + value
+        }
+        #expect(total == 30_250_000_000, "the hang and the final, not the interim")
+    }
+
     @Test func theSignalsKeyIsParsedAndProfilesNeedOTLP() throws {
         #expect(UploadSignal.parseList("logs, profiles") == [.logs, .profiles])
         #expect(UploadSignal.parseList("PROFILES") == [.profiles])

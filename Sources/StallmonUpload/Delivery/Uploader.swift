@@ -197,8 +197,18 @@ package final class Uploader: Sendable {
         /// `rejected/` was brought within its bounds once since this uploader started (a config may have lowered them).
         var rejectedTrimmed = false
         /// Entries whose profiles the receiver acknowledged (or refused for good) while their logs are not yet: by
-        /// name, forgotten when they leave the spool. In memory only: a restart may send a batch's profiles twice.
-        var profilesAcknowledged: Set<String> = []
+        /// name and file (an interim report replaced by its final one under the same name is a new entry). Only
+        /// the entries of the batch being sent are kept. In memory only: a restart may send a batch's profiles twice.
+        var profilesAcknowledged: [String: FileIdentity?] = [:]
+
+        func profilesAcknowledged(_ entry: SpoolEntry) -> Bool {
+            guard let known = profilesAcknowledged[entry.name] else { return false }
+            return FileIdentity.same(known, entry.identity)
+        }
+
+        mutating func acknowledgeProfiles(of entries: [SpoolEntry]) {
+            for entry in entries { profilesAcknowledged[entry.name] = entry.identity }
+        }
     }
 
     /// A spool operation that failed and is retried: next try (monotonic), tries so far, the error being reported.
@@ -348,15 +358,27 @@ package final class Uploader: Sendable {
     /// false when the batch waits for a retry, or, sent as profiles only, was refused.
     private func sendProfiles(_ reports: [StallReport], of entries: [SpoolEntry], state: inout LoopState,
                               deadline: UInt64?) -> Bool {
-        let unsent = entries.indices.filter { !state.profilesAcknowledged.contains(entries[$0].name) }
+        // What is remembered is for this batch, retried: entries that left the spool meanwhile (quotas, another
+        // uploader) are forgotten here, so the record never outgrows a batch.
+        let names = Set(entries.map(\.name))
+        state.profilesAcknowledged = state.profilesAcknowledged.filter { names.contains($0.key) }
+        let unsent = entries.indices.filter { !state.profilesAcknowledged(entries[$0]) }
         guard !unsent.isEmpty else { return true }
-        let names = unsent.map { entries[$0].name }
+        let unsentEntries = unsent.map { entries[$0] }
+        // An interim report (ongoing, no hang) is replaced by its final one, which is sent too: profiles count only
+        // finals and hangs, or a profile store would count the stall twice (logs carry the id to dedupe on).
+        let profiled = unsent.filter { reports[$0].ongoing == false || reports[$0].hang != nil }
+        guard !profiled.isEmpty else {
+            state.acknowledgeProfiles(of: unsentEntries)
+            return true
+        }
         let body: [UInt8]
         do {
-            body = try StallOTLPProfiles.request(unsent.map { reports[$0] }, serviceName: configuration.serviceName)
+            body = try StallOTLPProfiles.request(profiled.map { reports[$0] }, serviceName: configuration.serviceName)
                 .serializedBytes()
         } catch {
-            return refuseProfiles(of: entries, names: names, reason: "cannot encode profiles: \(error)", state: &state)
+            return refuseProfiles(of: entries, unsent: unsentEntries, reason: "cannot encode profiles: \(error)",
+                                  state: &state)
         }
         counters.requests.wrappingAdd(1, ordering: .relaxed)
         let outcome = transport.post(url: profilesURL, body: body, contentType: "application/x-protobuf",
@@ -372,30 +394,30 @@ package final class Uploader: Sendable {
                     "message": "\(answer.partialSuccess.errorMessage)",
                 ])
             }
-            state.profilesAcknowledged.formUnion(names)
+            state.acknowledgeProfiles(of: unsentEntries)
             return true
         case .retry(let after, let reason):
             retry(after: after, reason: "profiles: \(reason)", state: &state)
             return false
         case .reject(let reason):
-            return refuseProfiles(of: entries, names: names, reason: "profiles: \(reason)", state: &state)
+            return refuseProfiles(of: entries, unsent: unsentEntries, reason: "profiles: \(reason)", state: &state)
         }
     }
 
     /// The receiver refused the batch's profiles for good. With logs also sent, the logs still go (a profile is
     /// derived from the report the logs carry whole) and the profiles are not retried; sent as profiles only, the
     /// batch moves to `rejected/`.
-    private func refuseProfiles(of entries: [SpoolEntry], names: [String], reason: String,
+    private func refuseProfiles(of entries: [SpoolEntry], unsent: [SpoolEntry], reason: String,
                                 state: inout LoopState) -> Bool {
         state.attempt = 0
         guard configuration.signals.contains(.logs) else {
             rejectEntries(entries, state: &state, reason: reason)
             return false
         }
-        counters.profilesRefused.wrappingAdd(names.count, ordering: .relaxed)
+        counters.profilesRefused.wrappingAdd(unsent.count, ordering: .relaxed)
         logger.error("stallmon: the receiver refused the batch's profiles; its logs are sent, the profiles dropped",
-                     metadata: ["count": "\(names.count)", "reason": "\(reason)"])
-        state.profilesAcknowledged.formUnion(names)
+                     metadata: ["count": "\(unsent.count)", "reason": "\(reason)"])
+        state.acknowledgeProfiles(of: unsent)
         return true
     }
 
@@ -432,7 +454,7 @@ package final class Uploader: Sendable {
         } catch {
             rememberUnremoved(entries, error: "\(error)", state: &state)
         }
-        state.profilesAcknowledged.subtract(entries.map(\.name))
+        for entry in entries { state.profilesAcknowledged[entry.name] = nil }
         counters.delivered.wrappingAdd(entries.count, ordering: .relaxed)
         deliveredCounter.increment(by: Int64(entries.count))
         if rejectedRecords > 0 {
