@@ -43,7 +43,9 @@ struct DemoEndToEndTests {
                 #expect(report.durationMs >= report.thresholdMs, "\(path)")
                 #expect(report.durationSource == "loop", "\(path)")
                 #expect(!report.ongoing, "\(path)")
-                #expect(report.loop == "demo-main", "\(path)")
+                // The loop's stalls; on a machine loaded by the tests around it, a job of the demo's async code can
+                // also be held up past the threshold, and the pool's monitor rightly reports it.
+                #expect(["demo-main", "swift-global-executor"].contains(report.loop), "\(path)")
                 #expect(path.contains(String(report.id.prefix(8))), "the file is named after the id: \(path)")
                 #expect(demo.stdout.contains(path), "the demo lists its reports: \(path)")
                 #expect(Self.mode(path) == 0o600, "\(path): mode \(String(Self.mode(path) ?? 0, radix: 8))")
@@ -81,7 +83,8 @@ struct DemoEndToEndTests {
             let summary = try JSONDecoder().decode(StallSummary.self, from: Data(summaryRun.stdout.utf8))
             #expect(summary.stalls == reportPaths.count)
             #expect(summary.unreadable == 0)
-            #expect(summary.loops == ["demo-main"])
+            #expect(summary.loops.contains("demo-main") && Set(summary.loops).isSubset(of: ["demo-main", "swift-global-executor"]),
+                    "\(summary.loops)")
             #expect(summary.groups.map(\.count).reduce(0, +) == reportPaths.count)
             #expect(summary.groups.contains { $0.topFrame.contains("crunchPrimes") && $0.count >= 1 },
                     "\(summary.groups.map(\.topFrame))")
