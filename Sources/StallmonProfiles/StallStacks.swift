@@ -114,7 +114,7 @@ package struct StallStacks: Sendable {
         package static let memberKeys: [[UInt8]] = StallTimeline.Entry.memberKeys + [Array("samples".utf8),
                                                                                      Array("frames".utf8)]
         package var schema: String { entry.schema }
-        package var startWall: String { entry.start.wall }
+        package var startWall: String { entry.startWall }
 
         package init(from decoder: any Decoder) throws {
             entry = try StallTimeline.Entry(from: decoder)
@@ -139,8 +139,8 @@ package struct StallStacks: Sendable {
     package mutating func add(_ stall: Stall) {
         let report = stall.entry
         stalls += 1
-        let start = WallTime.unixNanoseconds(report.start.wall)
-        let duration = Self.nanoseconds(milliseconds: report.durationMs)
+        let start = WallTime.unixNanoseconds(report.digest.start.wall)
+        let duration = Self.nanoseconds(milliseconds: report.digest.durationMs)
         if let start {
             earliestStart = min(earliestStart ?? start, start)
             let end = start &+ UInt64(duration)
@@ -192,10 +192,10 @@ package struct StallStacks: Sendable {
             guard let value, !value.isEmpty else { return }
             labels.append(Label(key: intern(key), value: intern(value)))
         }
-        add(LabelKey.loop, report.loop)
-        add(LabelKey.stallClass, report.stallClass?.rawValue)
+        add(LabelKey.loop, report.digest.loop)
+        add(LabelKey.stallClass, report.digest.stallClass?.rawValue)
         add(LabelKey.label, report.label)
-        add(LabelKey.signature, report.signature)
+        add(LabelKey.signature, report.digest.signature)
         add(LabelKey.buildID, report.process.buildId)
         return labels
     }

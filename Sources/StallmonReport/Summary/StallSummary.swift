@@ -232,23 +232,6 @@ public struct StallDigest: Codable, Sendable, Equatable {
         case signature, topFrame, suppressedBefore, waitingOn, kind
     }
 
-    package init(schema: String, id: String, ongoing: Bool, loop: String, start: StallReport.StartTime,
-                 durationMs: Double, stallClass: StallClass?, signature: String?, topFrame: StallReport.FrameSummary?,
-                 suppressedBefore: Int?, waitingOn: [StallReport.WaitingOn]?, kind: String?) {
-        self.schema = schema
-        self.id = id
-        self.ongoing = ongoing
-        self.loop = loop
-        self.start = start
-        self.durationMs = durationMs
-        self.stallClass = stallClass
-        self.signature = signature
-        self.topFrame = topFrame
-        self.suppressedBefore = suppressedBefore
-        self.waitingOn = waitingOn
-        self.kind = kind
-    }
-
     public init(_ report: StallReport) {
         schema = report.schema
         id = report.id

@@ -10,65 +10,48 @@ import Foundation
 /// processes of one pid) goes to the track's next lane (`swift-global-executor #2`), so every track nests as the
 /// format requires.
 package enum StallTimeline {
-    /// What the timeline reads of a report: the summary's digest and the members a slice shows. Decoded alone
-    /// (`ReportReader.decodeSubset`), without samples, frames or images.
+    /// What the timeline reads of a report: the summary's digest and the members a slice shows besides. Decoded
+    /// alone (`ReportReader.decodeSubset`), without samples, frames or images.
     package struct Entry: ReportSubset, Equatable {
-        package var schema: String
-        package var id: String
-        package var ongoing: Bool
+        package var digest: StallDigest
         package var process: StallReport.ProcessDescription
         package var thread: StallReport.ThreadDescription
-        package var loop: String
-        package var start: StallReport.StartTime
-        package var durationMs: Double
         package var label: String
         package var traceId: String?
         package var spanId: String?
-        package var topFrame: StallReport.FrameSummary?
-        package var stallClass: StallClass?
-        package var signature: String?
-        package var suppressedBefore: Int?
-        package var waitingOn: [StallReport.WaitingOn]?
-        package var kind: String?
         package var hang: StallReport.Hang?
         package var cpuContention: StallReport.CPUContention?
 
-        enum CodingKeys: String, CodingKey, CaseIterable {
-            case schema, id, ongoing, process, thread, loop, start, durationMs, label, traceId, spanId, topFrame
-            case stallClass = "class"
-            case signature, suppressedBefore, waitingOn, kind, hang, cpuContention
+        private enum CodingKeys: String, CodingKey, CaseIterable {
+            case process, thread, label, traceId, spanId, hang, cpuContention
         }
 
-        package static let memberKeys: [[UInt8]] = CodingKeys.allCases.map { Array($0.stringValue.utf8) }
-        package var startWall: String { start.wall }
+        package static let memberKeys: [[UInt8]] = StallDigest.memberKeys
+            + CodingKeys.allCases.map { Array($0.stringValue.utf8) }
+        package var schema: String { digest.schema }
+        package var startWall: String { digest.start.wall }
+
+        package init(from decoder: any Decoder) throws {
+            digest = try StallDigest(from: decoder)
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            process = try container.decode(StallReport.ProcessDescription.self, forKey: .process)
+            thread = try container.decode(StallReport.ThreadDescription.self, forKey: .thread)
+            label = try container.decode(String.self, forKey: .label)
+            traceId = try container.decodeIfPresent(String.self, forKey: .traceId)
+            spanId = try container.decodeIfPresent(String.self, forKey: .spanId)
+            hang = try container.decodeIfPresent(StallReport.Hang.self, forKey: .hang)
+            cpuContention = try container.decodeIfPresent(StallReport.CPUContention.self, forKey: .cpuContention)
+        }
 
         package init(_ report: StallReport) {
-            schema = report.schema
-            id = report.id
-            ongoing = report.ongoing
+            digest = StallDigest(report)
             process = report.process
             thread = report.thread
-            loop = report.loop
-            start = report.start
-            durationMs = report.durationMs
             label = report.label
             traceId = report.traceId
             spanId = report.spanId
-            topFrame = report.topFrame
-            stallClass = report.stallClass
-            signature = report.signature
-            suppressedBefore = report.suppressedBefore
-            waitingOn = report.waitingOn
-            kind = report.kind
             hang = report.hang
             cpuContention = report.cpuContention
-        }
-
-        /// The summary's view of the same report.
-        package var digest: StallDigest {
-            StallDigest(schema: schema, id: id, ongoing: ongoing, loop: loop, start: start, durationMs: durationMs,
-                        stallClass: stallClass, signature: signature, topFrame: topFrame,
-                        suppressedBefore: suppressedBefore, waitingOn: waitingOn, kind: kind)
         }
     }
 
@@ -102,27 +85,27 @@ package enum StallTimeline {
         for index in order {
             let report = reports[index]
             let begin = starts[index]!
-            let duration = max(0, (report.durationMs * 1_000_000).rounded() / 1000)
+            let duration = max(0, (report.digest.durationMs * 1_000_000).rounded() / 1000)
             let pid = layout.process(of: report)
             let tid = layout.track(pid: pid, name: trackName(of: report), from: begin, to: begin + duration)
-            var args: [String: Argument] = ["durationMs": .number(report.durationMs), "id": .text(report.id),
+            var args: [String: Argument] = ["durationMs": .number(report.digest.durationMs), "id": .text(report.digest.id),
                                             "thread": .number(Double(report.thread.tid))]
-            if let stallClass = report.stallClass { args["class"] = .text(stallClass.rawValue) }
+            if let stallClass = report.digest.stallClass { args["class"] = .text(stallClass.rawValue) }
             if !report.label.isEmpty { args["label"] = .text(report.label) }
-            if let signature = report.signature { args["signature"] = .text(signature) }
+            if let signature = report.digest.signature { args["signature"] = .text(signature) }
             if let traceID = report.traceId { args["traceId"] = .text(traceID) }
             if let spanID = report.spanId { args["spanId"] = .text(spanID) }
-            if let top = report.topFrame { args["topFrame"] = .text(top.displayName) }
-            if report.ongoing { args["ongoing"] = .flag(true) }
+            if let top = report.digest.topFrame { args["topFrame"] = .text(top.displayName) }
+            if report.digest.ongoing { args["ongoing"] = .flag(true) }
             if let path = paths?[index] { args["report"] = .text(path) }
             events.append(Event(name: sliceName(of: report), ph: "X", pid: pid, tid: tid, ts: begin, dur: duration,
-                                cat: report.kind ?? "stall", args: args))
+                                cat: report.digest.kind ?? "stall", args: args))
             if let hang = report.hang {
                 events.append(Event(name: "hang: \(hang.action) after \(Self.wholeMilliseconds(hang.afterMs)) ms",
                                     ph: "i", pid: pid,
                                     tid: tid, ts: begin + min(duration, hang.afterMs * 1000), cat: "hang", s: "t"))
             }
-            if report.ongoing {
+            if report.digest.ongoing {
                 events.append(Event(name: "still ongoing when last written", ph: "i", pid: pid, tid: tid,
                                     ts: begin + duration, cat: "interim", s: "t"))
             }
@@ -152,19 +135,19 @@ package enum StallTimeline {
     /// The report's start, microseconds since the epoch (whole ones and the nanoseconds apart: a Double holds
     /// today's microseconds exactly, not today's nanoseconds).
     private static func start(of report: Entry) -> Double? {
-        WallTime.unixNanoseconds(report.start.wall).map { Double($0 / 1000) + Double($0 % 1000) / 1000 }
+        WallTime.unixNanoseconds(report.digest.start.wall).map { Double($0 / 1000) + Double($0 % 1000) / 1000 }
     }
 
     /// The top function (the innermost of the service's own code) and the label: `App.handle(request:) [GET /x]`.
     static func sliceName(of report: Entry) -> String {
-        var name = report.topFrame?.symbol ?? "(no in-app frame)"
-        if report.kind == "starvation" { name = "starved: " + name }
+        var name = report.digest.topFrame?.symbol ?? "(no in-app frame)"
+        if report.digest.kind == "starvation" { name = "starved: " + name }
         if !report.label.isEmpty { name += " [\(report.label)]" }
         return name
     }
 
     private static func trackName(of report: Entry) -> String {
-        report.kind == "starvation" ? "\(report.loop) starvation" : report.loop
+        report.digest.kind == "starvation" ? "\(report.digest.loop) starvation" : report.digest.loop
     }
 
     /// Throttled time and pressure over the stall, per loop, back to 0 at its end.
@@ -173,8 +156,8 @@ package enum StallTimeline {
         var events: [Event] = []
         func counter(_ name: String, _ value: Double?) {
             guard let value else { return }
-            events.append(Event(name: name, ph: "C", pid: pid, ts: begin, args: [report.loop: .number(value)]))
-            events.append(Event(name: name, ph: "C", pid: pid, ts: end, args: [report.loop: .number(0)]))
+            events.append(Event(name: name, ph: "C", pid: pid, ts: begin, args: [report.digest.loop: .number(value)]))
+            events.append(Event(name: name, ph: "C", pid: pid, ts: end, args: [report.digest.loop: .number(0)]))
         }
         counter("throttled ms in stall", contention.throttledMs)
         counter("cpu pressure % over stall", contention.pressureSomePercent)
