@@ -225,30 +225,13 @@ private struct TraceWriter {
         raw("{")
         member("name", first: true)
         string(event.name)
-        member("ph")
-        string(event.ph)
-        member("pid")
-        number(Double(event.pid))
-        if let tid = event.tid {
-            member("tid")
-            number(Double(tid))
-        }
-        if let ts = event.ts {
-            member("ts")
-            number(ts)
-        }
-        if let dur = event.dur {
-            member("dur")
-            number(dur)
-        }
-        if let cat = event.cat {
-            member("cat")
-            string(cat)
-        }
-        if let scope = event.s {
-            member("s")
-            string(scope)
-        }
+        member("ph", text: event.ph)
+        member("pid", number: Double(event.pid))
+        member("tid", number: event.tid.map(Double.init))
+        member("ts", number: event.ts)
+        member("dur", number: event.dur)
+        member("cat", text: event.cat)
+        member("s", text: event.s)
         if let args = event.args {
             member("args")
             raw("{")
@@ -271,6 +254,19 @@ private struct TraceWriter {
         if !first { bytes.append(UInt8(ascii: ",")) }
         string(key)
         bytes.append(UInt8(ascii: ":"))
+    }
+
+    /// The member, or nothing when the event has no such value.
+    private mutating func member(_ key: String, text: String?) {
+        guard let text else { return }
+        member(key)
+        string(text)
+    }
+
+    private mutating func member(_ key: String, number value: Double?) {
+        guard let value else { return }
+        member(key)
+        number(value)
     }
 
     mutating func number(_ value: Double) {
