@@ -346,7 +346,8 @@ enum FaultKnownCrashes {
         return traps
     }
 
-    /// WallDateParser.nanoseconds: UInt64(milliseconds) * 1_000_000 traps for dates before 1970 or after ~2554.
+    /// The OTLP payload's start time once trapped (`UInt64(milliseconds) * 1_000_000`) for dates before 1970 or after
+    /// ~2554; `WallTime.unixNanoseconds` now gives none for them.
     static func wallNanosecondsTrap(_ text: String) -> String? {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]

@@ -1,6 +1,6 @@
 import Foundation
 
-/// Reports' `start.wall` (ISO 8601 UTC, `2026-11-28T17:05:34.123Z`) as nanoseconds since the Unix epoch: what profiles
+/// Reports' `start.wall` (ISO 8601 UTC, `2026-11-28T17:05:34.123Z`) as nanoseconds since the Unix epoch: what logs, profiles
 /// and timelines stamp stalls with. The report's own shape is parsed by hand (a formatter costs microseconds a call,
 /// seconds over 100,000 reports); any other ISO 8601 form goes through Foundation's formatter.
 package enum WallTime {

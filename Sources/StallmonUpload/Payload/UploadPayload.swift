@@ -91,7 +91,6 @@ enum OTLP {
             var hostname: String
             var executable: String
         }
-        let dates = WallDateParser()
         var order: [ProcessKey] = []
         var groups: [ProcessKey: [StallReport]] = [:]
         for report in reports {
@@ -116,16 +115,17 @@ enum OTLP {
             }
             return ResourceLogs(resource: Resource(attributes: attributes),
                                 scopeLogs: [ScopeLogs(scope: scope, logRecords: members.map {
-                                    logRecord(for: $0, observedAt: observedAt, dates: dates)
+                                    logRecord(for: $0, observedAt: observedAt)
                                 })])
         })
     }
 
-    static func logRecord(for report: StallReport, observedAt: UInt64, dates: WallDateParser) -> LogRecord {
+    static func logRecord(for report: StallReport, observedAt: UInt64) -> LogRecord {
         let top = report.topFrame?.displayName ?? StallSummary.noInAppFrame
         let attributes = stallAttributes(report, top: top) + waitAttributes(report) + jobAttributes(report)
             + starvationAttributes(report) + threadAttributes(report)
-        let start = dates.nanoseconds(report.start.wall)
+        // Before 1970 or past UInt64 nanoseconds (year 2554): not a time OTLP can carry; the observation's time then.
+        let start = WallTime.unixNanoseconds(report.start.wall)
         let body = report.starvation.map { starvation in
             "pool \"\(report.loop)\" starved \(String(format: "%.1f", starvation.saturatedMs)) ms, the oldest job waited "
                 + "\(String(format: "%.1f", starvation.oldestWaitMs)) ms" + (report.ongoing ? " (ongoing)" : "")
@@ -274,23 +274,5 @@ enum OTLP {
             attributes.append(KeyValue(key: "stallmon.cpu.steal_ms", value: .double(steal)))
         }
         return attributes
-    }
-}
-
-/// Parses reports' `start.wall` (ISO 8601 UTC with milliseconds) back to epoch nanoseconds. One per batch: making
-/// an ISO8601DateFormatter costs more than parsing with it. Not thread-safe.
-struct WallDateParser {
-    private let formatter: ISO8601DateFormatter = {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter
-    }()
-
-    func nanoseconds(_ text: String) -> UInt64? {
-        guard let date = formatter.date(from: text) else { return nil }
-        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
-        // Before 1970 or past UInt64 nanoseconds (year 2554): not a time OTLP can carry.
-        guard milliseconds >= 0, milliseconds < Double(UInt64.max / 1_000_000) else { return nil }
-        return UInt64(milliseconds) * 1_000_000
     }
 }
