@@ -1,8 +1,8 @@
 import Foundation
 
-/// Reports' `start.wall` (ISO 8601 UTC, `2026-11-28T17:05:34.123Z`) as nanoseconds since the Unix epoch: what logs, profiles
-/// and timelines stamp stalls with. The report's own shape is parsed by hand (a formatter costs microseconds a call,
-/// seconds over 100,000 reports); any other ISO 8601 form goes through Foundation's formatter.
+/// Reports' `start.wall` (ISO 8601 UTC, `2026-11-28T17:05:34.123Z`) as nanoseconds since the Unix epoch: what OTLP
+/// logs, profiles and timelines stamp stalls with. The report's own shape is parsed by hand (a formatter costs
+/// microseconds a call, seconds over 100,000 reports); any other ISO 8601 form goes through Foundation's formatter.
 package enum WallTime {
     /// nil for text that is no ISO 8601 time, or one before 1970 or past what UInt64 nanoseconds hold (year 2554).
     package static func unixNanoseconds(_ text: String) -> UInt64? {
