@@ -183,12 +183,7 @@ struct ReportCommand: ParsableCommand {
     }
 
     private func write(_ text: String, to path: String) throws {
-        do {
-            try text.write(toFile: path, atomically: true, encoding: .utf8)
-        } catch {
-            warn("cannot write \(path): \(error.localizedDescription)")
-            throw ExitCode(1)
-        }
+        try write(Array(text.utf8), to: path)
     }
 }
 
