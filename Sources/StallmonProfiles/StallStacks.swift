@@ -111,8 +111,6 @@ package struct StallStacks: Sendable {
             case samples, frames
         }
 
-        package static let memberKeys: [[UInt8]] = StallTimeline.Entry.memberKeys + [Array("samples".utf8),
-                                                                                     Array("frames".utf8)]
         package var schema: String { entry.schema }
         package var startWall: String { entry.startWall }
 

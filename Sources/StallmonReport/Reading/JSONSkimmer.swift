@@ -1,13 +1,14 @@
 /// Checks a whole JSON document's syntax without building any values, and hands back the byte ranges of the
 /// top-level object's members. `stallmon report` reads 100,000 reports for a summary that needs a twentieth of each:
 /// Foundation's JSONDecoder has no way to skip a member, so it builds a map of every sample, frame and image first
-/// (most of the time of a summary). The skimmer validates those members and skips them; the members that remain
-/// are decoded by JSONDecoder as before, so no value is ever decoded by hand.
+/// (most of the time of a summary). The skimmer validates the whole document once; `SkimmedJSONDecoder` then
+/// decodes only the members asked for, in place, and leaves to Foundation's JSONDecoder what it cannot decode
+/// exactly as Foundation would.
 ///
 /// Validation is RFC 8259's grammar: strings (escapes, no control characters, well-formed UTF-8, UTF-16 surrogates
 /// in pairs), numbers, literals, nesting (at most `maximumDepth`, as Foundation), and nothing after the document
-/// but whitespace. Where it differs from Foundation's JSON parser, `ReportReader.decodeDigest` falls back to the
-/// full decoder, so a report is never refused that `decode` accepts: Foundation also accepts a trailing comma
+/// but whitespace. Where it differs from Foundation's JSON parser, `ReportReader` falls back to Foundation's
+/// decoder, so a report is never refused that `decode` accepts: Foundation also accepts a trailing comma
 /// (`[1,]`), and refuses numbers beyond Double's range, which are valid JSON but have no value.
 enum JSONSkimmer {
     /// Foundation's JSON nesting limit.
@@ -85,15 +86,24 @@ enum JSONSkimmer {
         }
     }
 
-    private struct Scanner {
+    /// Walks JSON bytes; `SkimmedJSONDecoder` uses it to find members and elements in a validated document.
+    struct Scanner {
         let bytes: UnsafeRawBufferPointer
         var index = 0
         /// "{" or "[" of each container entered, `maximumDepth` of them at most.
         let open: UnsafeMutablePointer<UInt8>
 
-        init(bytes: UnsafeRawBufferPointer, open: UnsafeMutablePointer<UInt8>) {
+        init(bytes: UnsafeRawBufferPointer, index: Int = 0, open: UnsafeMutablePointer<UInt8>) {
             self.bytes = bytes
+            self.index = index
             self.open = open
+        }
+
+        /// The index of the first byte from here on that is not whitespace.
+        func afterWhitespace() -> Int {
+            var scanner = self
+            scanner.skipWhitespace()
+            return scanner.index
         }
 
         @inline(__always)

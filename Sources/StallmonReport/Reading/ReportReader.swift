@@ -32,8 +32,6 @@ public enum ReportReader {
 
 /// A subset of a report's members, which `ReportReader.decodeSubset` decodes without the others.
 package protocol ReportSubset: Decodable, Sendable {
-    /// The top-level members it decodes (its coding keys).
-    static var memberKeys: [[UInt8]] { get }
     /// The same subset of a report decoded whole (the reader's fallback).
     init(_ report: StallReport)
     var schema: String { get }
@@ -96,6 +94,12 @@ extension ReportReader {
     /// Decodes report bytes; `path` only labels errors.
     public static func decode(_ data: Data, path: String) throws(ReportReadError) -> StallReport {
         if data.isEmpty { throw ReportReadError(path: path, reason: "empty file") }
+        if let report = try skimmed(StallReport.self, from: data, path: path, schema: \.schema) { return report }
+        return try decodeWithFoundation(data, path: path)
+    }
+
+    /// Foundation's JSONDecoder, whose errors name what is wrong with a file.
+    private static func decodeWithFoundation(_ data: Data, path: String) throws(ReportReadError) -> StallReport {
         struct SchemaProbe: Decodable { var schema: String? }
         let probe: SchemaProbe
         do {
@@ -125,51 +129,43 @@ extension ReportReader {
     package static func decodeSubset<Subset: ReportSubset>(_ data: Data, path: String) throws(ReportReadError)
         -> Subset {
         if data.isEmpty { throw ReportReadError(path: path, reason: "empty file") }
-        guard let json = members(Subset.memberKeys, of: data) else {
-            // Not JSON, not an object, or a member missing: the full decoder names the reason. Should it accept
-            // what the skimmer refused, its report stands.
-            return Subset(try decode(data, path: path))
-        }
-        let subset: Subset
-        do {
-            subset = try JSONDecoder().decode(Subset.self, from: json)
-        } catch {
-            return Subset(try decode(data, path: path))
-        }
-        try checkSchema(subset.schema, path: path)
-        return subset
+        if let subset = try skimmed(Subset.self, from: data, path: path, schema: \.schema) { return subset }
+        // Not JSON, not an object, a member missing, or something only Foundation decodes: the full decoder names
+        // the reason. Should it accept what the skimmer refused, its report stands.
+        return Subset(try decodeWithFoundation(data, path: path))
     }
 
     /// Members every report has (`StallReport`'s non-optional properties).
     private static let requiredMembers: [[UInt8]] = StallReport.requiredKeys.map { Array($0.utf8) }
 
-    /// A JSON object of the members of `data` named in `keys`, or nil when `data` is not a JSON object or lacks a
-    /// member every report has.
-    private static func members(_ keys: [[UInt8]], of data: Data) -> Data? {
-        data.withUnsafeBytes { bytes -> Data? in
-            guard let members = try? JSONSkimmer.topLevelMembers(bytes) else { return nil }
-            var required = requiredMembers.count
-            var seen = [Bool](repeating: false, count: required)
-            var subset = Data()
-            subset.reserveCapacity(1024)
-            subset.append(UInt8(ascii: "{"))
-            for member in members {
-                let key = UnsafeRawBufferPointer(rebasing: bytes[member.key])
-                if let index = requiredMembers.firstIndex(where: { $0.elementsEqual(key) }), !seen[index] {
-                    seen[index] = true
-                    required -= 1
-                }
-                guard keys.contains(where: { $0.elementsEqual(key) }) else { continue }
-                if subset.count > 1 { subset.append(UInt8(ascii: ",")) }
-                subset.append(UInt8(ascii: "\""))
-                subset.append(contentsOf: key)
-                subset.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
-                subset.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[member.value]))
+    /// `T` read by `SkimmedJSONDecoder` from a document the skimmer validated, with every member a report must have
+    /// and a schema this build reads; nil when any of that is not so, or the decoder leaves the document to
+    /// Foundation (the caller's fallback, whose errors name the reason).
+    private static func skimmed<T: Decodable>(
+        _ type: T.Type, from data: Data, path: String, schema: (T) -> String
+    ) throws(ReportReadError) -> T? {
+        let value = data.withUnsafeBytes { bytes -> T? in
+            guard let members = try? JSONSkimmer.topLevelMembers(bytes), hasRequiredMembers(members, in: bytes) else {
+                return nil
             }
-            guard required == 0 else { return nil }
-            subset.append(UInt8(ascii: "}"))
-            return subset
+            return try? SkimmedJSONDecoder.decode(T.self, from: bytes, topLevel: members)
         }
+        guard let value else { return nil }
+        try checkSchema(schema(value), path: path)
+        return value
+    }
+
+    private static func hasRequiredMembers(_ members: [JSONSkimmer.Member], in bytes: UnsafeRawBufferPointer) -> Bool {
+        var missing = requiredMembers.count
+        var seen = [Bool](repeating: false, count: missing)
+        for member in members {
+            let key = UnsafeRawBufferPointer(rebasing: bytes[member.key])
+            if let index = requiredMembers.firstIndex(where: { $0.elementsEqual(key) }), !seen[index] {
+                seen[index] = true
+                missing -= 1
+            }
+        }
+        return missing == 0
     }
 
     private static func checkSchema(_ schema: String?, path: String) throws(ReportReadError) {

@@ -226,7 +226,7 @@ public struct StallDigest: Codable, Sendable, Equatable {
     public var waitingOn: [StallReport.WaitingOn]?
     public var kind: String?
 
-    enum CodingKeys: String, CodingKey, CaseIterable {
+    enum CodingKeys: String, CodingKey {
         case schema, id, ongoing, loop, start, durationMs
         case stallClass = "class"
         case signature, topFrame, suppressedBefore, waitingOn, kind
@@ -249,6 +249,5 @@ public struct StallDigest: Codable, Sendable, Equatable {
 }
 
 extension StallDigest: ReportSubset {
-    package static let memberKeys: [[UInt8]] = CodingKeys.allCases.map { Array($0.stringValue.utf8) }
     package var startWall: String { start.wall }
 }

@@ -22,12 +22,10 @@ package enum StallTimeline {
         package var hang: StallReport.Hang?
         package var cpuContention: StallReport.CPUContention?
 
-        private enum CodingKeys: String, CodingKey, CaseIterable {
+        private enum CodingKeys: String, CodingKey {
             case process, thread, label, traceId, spanId, hang, cpuContention
         }
 
-        package static let memberKeys: [[UInt8]] = StallDigest.memberKeys
-            + CodingKeys.allCases.map { Array($0.stringValue.utf8) }
         package var schema: String { digest.schema }
         package var startWall: String { digest.start.wall }
 
