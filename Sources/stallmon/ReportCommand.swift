@@ -80,12 +80,14 @@ struct ReportCommand: ParsableCommand {
         // an error, never silently ignored.
         let configuration = try config.load()
         let directory = self.directory ?? configuration.reports.directory
+        let selection = Selection(loop: loop, lower: try since.map { try TimeBound.parse($0, option: "--since") },
+                                  upper: try until.map { try TimeBound.parse($0, option: "--until") })
         // Each output reads only the members it needs, in one pass over the directory: the summary a digest, the
-        // timeline a little more, the pprof profile the samples and frames too; whole reports only for --folded,
-        // --html and --chains.
-        let digests: [(path: String, report: StallDigest)]
+        // timeline a little more, the pprof profile the samples and frames too, folded into the profile as they are
+        // read; whole reports only for --folded, --html and --chains.
+        var digests: [(path: String, report: StallDigest)] = []
         var reports: [String: StallReport] = [:]
-        var stalls: [String: StallStacks.Stall] = [:]
+        var stacks = StallStacks()
         var entries: [String: StallTimeline.Entry] = [:]
         let problems: [ReportReadError]
         do {
@@ -94,16 +96,26 @@ struct ReportCommand: ParsableCommand {
                 digests = scan.reports.map { ($0.path, StallDigest($0.report)) }
                 reports = Dictionary(scan.reports.map { ($0.path, $0.report) }, uniquingKeysWith: { first, _ in first })
                 problems = scan.problems
+                if pprof != nil {
+                    for entry in digests where selection.contains(entry.report) {
+                        if let report = reports[entry.path] { stacks.add(report) }
+                    }
+                }
             } else if pprof != nil {
-                let scan: ReportReader.DirectoryScan<StallStacks.Stall> = try ReportReader.scanSubsets(directory: directory)
-                digests = scan.reports.map { ($0.path, $0.report.entry.digest) }
-                stalls = Dictionary(scan.reports.map { ($0.path, $0.report) }, uniquingKeysWith: { first, _ in first })
-                problems = scan.problems
+                let wantsEntries = timeline != nil
+                problems = try ReportReader.forEachSubset(in: directory) { (path, stall: StallStacks.Stall) in
+                    digests.append((path, stall.entry.digest))
+                    guard selection.contains(stall.entry.digest) else { return }
+                    stacks.add(stall)
+                    if wantsEntries { entries[path] = stall.entry }
+                }
+                digests = ReportReader.sortedByStart(digests, start: \.start.wall)
             } else if timeline != nil {
-                let scan: ReportReader.DirectoryScan<StallTimeline.Entry> = try ReportReader.scanSubsets(directory: directory)
-                digests = scan.reports.map { ($0.path, $0.report.digest) }
-                entries = Dictionary(scan.reports.map { ($0.path, $0.report) }, uniquingKeysWith: { first, _ in first })
-                problems = scan.problems
+                problems = try ReportReader.forEachSubset(in: directory) { (path, entry: StallTimeline.Entry) in
+                    digests.append((path, entry.digest))
+                    if selection.contains(entry.digest) { entries[path] = entry }
+                }
+                digests = ReportReader.sortedByStart(digests, start: \.start.wall)
             } else {
                 let scan = try ReportReader.scanDigests(directory: directory)
                 digests = scan.reports
@@ -114,16 +126,7 @@ struct ReportCommand: ParsableCommand {
             throw ExitCode(1)
         }
         for problem in problems { warn("skipped \(problem.description)") }
-        let lower = try since.map { try TimeBound.parse($0, option: "--since") }
-        let upper = try until.map { try TimeBound.parse($0, option: "--until") }
-        let selected = digests.filter { entry in
-            if let loop, entry.report.loop != loop { return false }
-            guard lower != nil || upper != nil else { return true }
-            guard let start = TimeBound.date(entry.report.start.wall) else { return false }
-            if let lower, start < lower { return false }
-            if let upper, start >= upper { return false }
-            return true
-        }
+        let selected = digests.filter { selection.contains($0.report) }
         var summary = StallSummary(directory: directory, digests: selected, unreadable: problems.count)
         summary.groups = Array(summary.groups.prefix(top))
         if chains { summary.addAwaitChains(selected.compactMap { reports[$0.path] }) }
@@ -141,7 +144,7 @@ struct ReportCommand: ParsableCommand {
         }
         if let timeline {
             let chosenEntries = selected.compactMap { entry in
-                (reports[entry.path].map(StallTimeline.Entry.init) ?? stalls[entry.path]?.entry ?? entries[entry.path])
+                (reports[entry.path].map(StallTimeline.Entry.init) ?? entries[entry.path])
                     .map { (path: entry.path, entry: $0) }
             }
             try write(Array(try StallTimeline.json(chosenEntries.map(\.entry), paths: chosenEntries.map(\.path))),
@@ -152,10 +155,6 @@ struct ReportCommand: ParsableCommand {
                                             timeline: timeline.map { ($0, html) }), to: html)
         }
         if let pprof {
-            var stacks = StallStacks()
-            for entry in selected {
-                if let report = reports[entry.path] { stacks.add(report) } else if let stall = stalls[entry.path] { stacks.add(stall) }
-            }
             try write(try Self.gzip(StallPprof.serialized(stacks)), to: pprof)
         }
         if digests.isEmpty && !problems.isEmpty { throw ExitCode(1) }
@@ -187,6 +186,30 @@ struct ReportCommand: ParsableCommand {
     }
 }
 
+/// The stalls `report` selects: `--loop`, `--since`, `--until`.
+struct Selection {
+    var loop: String?
+    var lower: Date?
+    var upper: Date?
+    /// Made once: a formatter costs microseconds, and a selection is asked of every report.
+    private let dates = TimeBound.Parser()
+
+    init(loop: String?, lower: Date?, upper: Date?) {
+        self.loop = loop
+        self.lower = lower
+        self.upper = upper
+    }
+
+    func contains(_ digest: StallDigest) -> Bool {
+        if let loop, digest.loop != loop { return false }
+        guard lower != nil || upper != nil else { return true }
+        guard let start = dates.date(digest.start.wall) else { return false }
+        if let lower, start < lower { return false }
+        if let upper, start >= upper { return false }
+        return true
+    }
+}
+
 /// `--since` / `--until` values.
 enum TimeBound {
     static func parse(_ text: String, option: String, now: Date = Date()) throws -> Date {
@@ -200,14 +223,23 @@ enum TimeBound {
     }
 
     static func date(_ text: String) -> Date? {
-        let precise = ISO8601DateFormatter()
-        precise.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let date = precise.date(from: text) { return date }
-        let plain = ISO8601DateFormatter()
-        if let date = plain.date(from: text) { return date }
-        let day = ISO8601DateFormatter()
-        day.formatOptions = [.withFullDate]
-        return day.date(from: text)
+        Parser().date(text)
+    }
+
+    /// An ISO 8601 time with or without fractional seconds, or a day.
+    struct Parser {
+        private let precise = ISO8601DateFormatter()
+        private let plain = ISO8601DateFormatter()
+        private let day = ISO8601DateFormatter()
+
+        init() {
+            precise.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+            day.formatOptions = [.withFullDate]
+        }
+
+        func date(_ text: String) -> Date? {
+            precise.date(from: text) ?? plain.date(from: text) ?? day.date(from: text)
+        }
     }
 }
 

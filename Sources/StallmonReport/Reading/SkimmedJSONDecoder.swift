@@ -101,6 +101,9 @@ struct SkimmedJSONDecoder {
                 || T.self == Float.self {
                 throw Unsupported()
             }
+            if let skimmed = T.self as? any SkimmedDecodable.Type {
+                return try skimmed.init(skimming: Object(impl: self, start: position)) as! T
+            }
             return try T(from: self)
         }
 
@@ -482,4 +485,101 @@ struct SkimmedJSONDecoder {
 
         mutating func superDecoder() throws -> any Decoder { throw Unsupported() }
     }
+
+    /// An object read member by member, for `SkimmedDecodable` types: each member's value is read where it is,
+    /// with no container, key object or existential in between.
+    struct Object {
+        fileprivate let impl: Impl
+        fileprivate let start: Int
+
+        /// Calls `body` with the index in `names` and the value's start of each member named in `names`, in the
+        /// document's order; members of other names are skipped. Throws `Unsupported` when a name comes twice, or
+        /// the value is not an object.
+        func forEachMember(named names: [StaticString], _ body: (Int, Value) throws -> Void) throws {
+            guard impl.bytes[start] == UInt8(ascii: "{") else { throw Unsupported() }
+            var seen: UInt64 = 0
+            var scanner = impl.scanner(at: start + 1)
+            scanner.skipWhitespace()
+            guard impl.bytes[scanner.index] != UInt8(ascii: "}") else { return }
+            while true {
+                let keyStart = scanner.index
+                let keyEnd = impl.stringEnd(from: keyStart)
+                scanner.index = keyEnd
+                scanner.skipWhitespace()
+                scanner.index += 1  // the colon
+                scanner.skipWhitespace()
+                let valueStart = scanner.index
+                if let index = index(ofKey: (keyStart + 1)..<(keyEnd - 1), in: names) {
+                    guard seen & (1 << index) == 0 else { throw Unsupported() }
+                    seen |= 1 << index
+                    try body(index, Value(impl: impl, start: valueStart))
+                }
+                try scanner.skipValue()
+                scanner.skipWhitespace()
+                guard impl.bytes[scanner.index] == UInt8(ascii: ",") else { return }
+                scanner.index += 1
+                scanner.skipWhitespace()
+            }
+        }
+
+        private func index(ofKey range: Range<Int>, in names: [StaticString]) -> Int? {
+            let key = UnsafeRawBufferPointer(rebasing: impl.bytes[range])
+            if key.contains(UInt8(ascii: "\\")) {
+                var text = impl.text(of: range)
+                return text.withUTF8 { unescaped in
+                    names.firstIndex { $0.utf8CodeUnitCount == unescaped.count
+                        && UnsafeRawBufferPointer(start: $0.utf8Start, count: $0.utf8CodeUnitCount)
+                            .elementsEqual(UnsafeRawBufferPointer(unescaped)) }
+                }
+            }
+            return names.firstIndex { name in
+                name.utf8CodeUnitCount == key.count && memcmp(name.utf8Start, key.baseAddress!, key.count) == 0
+            }
+        }
+    }
+
+    /// One member's value, read as the type its member has; a value of another kind throws `Unsupported`.
+    struct Value {
+        fileprivate let impl: Impl
+        fileprivate let start: Int
+
+        var isNull: Bool { impl.isNull(at: start) }
+        func string() throws -> String { try impl.string(at: start) }
+        func double() throws -> Double { try impl.double(at: start) }
+        func bool() throws -> Bool { try impl.bool(at: start) }
+        func integer<I: FixedWidthInteger>(_ type: I.Type = Int.self) throws -> I { try impl.integer(I.self, at: start) }
+        func decode<T: Decodable>(_ type: T.Type) throws -> T { try impl.decodeValue(T.self, at: start) }
+
+        /// An array of integers, the most common array of a report (a sample's frames).
+        func integers() throws -> [Int] {
+            guard impl.bytes[start] == UInt8(ascii: "[") else { throw Unsupported() }
+            var values: [Int] = []
+            var scanner = impl.scanner(at: start + 1)
+            scanner.skipWhitespace()
+            guard impl.bytes[scanner.index] != UInt8(ascii: "]") else { return values }
+            values.reserveCapacity(32)
+            while true {
+                let element = scanner.index
+                values.append(try impl.integer(Int.self, at: element))
+                try scanner.skipNumber()
+                scanner.skipWhitespace()
+                guard impl.bytes[scanner.index] == UInt8(ascii: ",") else { return values }
+                scanner.index += 1
+                scanner.skipWhitespace()
+            }
+        }
+
+        /// nil for null, as `decodeIfPresent` reads it.
+        func optional<T>(_ read: (Value) throws -> T) throws -> T? {
+            isNull ? nil : try read(self)
+        }
+    }
+}
+
+/// A type `SkimmedJSONDecoder` reads member by member (`init(skimming:)`) rather than through its `Decodable`
+/// conformance: the objects a report has hundreds of (samples, frames), where Codable's containers were most of the
+/// time. Its reading must give what its synthesized `init(from:)` gives, or throw; the decoder's differential tests
+/// compare the two on every member.
+protocol SkimmedDecodable: Decodable {
+    init(skimming object: SkimmedJSONDecoder.Object) throws
 }
