@@ -79,7 +79,12 @@ package struct StallStacks: Sendable {
     private var stringIndex: [String: Int] = ["": 0]
     private var functionIndex: [Function: Int] = [:]
     private var locationIndex: [Location: Int] = [:]
-    private var mappingIndex: [String: Int] = [:]
+    private var mappingIndex: [MappingKey: Int] = [:]
+
+    private struct MappingKey: Hashable {
+        var module: String
+        var buildID: String
+    }
     private var stackIndex: [[Int]: Int] = [:]
 
     /// The labels' keys, as profile stores show them.
@@ -100,12 +105,101 @@ package struct StallStacks: Sendable {
 
     package init() {}
 
-    /// What a profile reads of a report: the timeline's entry (which has the summary's digest), the samples and the
-    /// frames; decoded alone (`ReportReader.decodeSubset`), without images, call tree or figures.
+    /// What a profile reads of a report: the timeline's entry (which has the summary's digest), and of its samples
+    /// and frames the members a stack is made of; decoded alone (`ReportReader.decodeSubset`), without images, call
+    /// tree or figures, and without a frame's address or a sample's other members.
     package struct Stall: ReportSubset {
         package var entry: StallTimeline.Entry
-        package var samples: [StallReport.Sample]
-        package var frames: [StallReport.Frame]
+        package var samples: [Sample]
+        package var frames: [Frame]
+
+        /// What a stack is made of of a report's sample.
+        package struct Sample: Decodable, Sendable, SkimmedDecodable {
+            package var status: CaptureStatus
+            package var frames: [Int]
+            package var idle: Bool?
+
+            /// Captured, not idle, with frames: a stack a stall's time is shared among.
+            var isUsable: Bool { status == .ok && idle != true && !frames.isEmpty }
+
+            init(_ sample: StallReport.Sample) {
+                status = sample.status
+                frames = sample.frames
+                idle = sample.idle
+            }
+
+            private static let names: [StaticString] = ["status", "frames", "idle"]
+
+            package init(skimming object: SkimmedJSONDecoder.Object) throws {
+                var status: CaptureStatus?
+                var frames: [Int]?
+                var idle: Bool?
+                try object.forEachMember(named: Self.names) { index, value in
+                    switch index {
+                    case 0: status = CaptureStatus(rawValue: try value.string())
+                        if status == nil { throw SkimmedJSONDecoder.Unsupported() }
+                    case 1: frames = try value.integers()
+                    default: idle = try value.optional { try $0.bool() }
+                    }
+                }
+                guard let status, let frames else { throw SkimmedJSONDecoder.Unsupported() }
+                self.status = status
+                self.frames = frames
+                self.idle = idle
+            }
+        }
+
+        /// What a location is made of of a report's frame.
+        package struct Frame: Decodable, Sendable, SkimmedDecodable {
+            package var module: String?
+            package var buildId: String?
+            package var offset: String?
+            package var symbol: String?
+            package var file: String?
+            package var line: Int?
+            package var inlined: Bool?
+            package var async: Bool?
+
+            init(_ frame: StallReport.Frame) {
+                module = frame.module
+                buildId = frame.buildId
+                offset = frame.offset
+                symbol = frame.symbol
+                file = frame.file
+                line = frame.line
+                inlined = frame.inlined
+                async = frame.async
+            }
+
+            /// `StallReport.Frame.functionKey`.
+            var functionKey: String {
+                StallReport.Frame.functionKey(symbol: symbol, module: module, offset: offset)
+            }
+
+            private static let names: [StaticString] = [
+                "module", "buildId", "offset", "symbol", "file", "line", "inlined", "async",
+            ]
+
+            package init(skimming object: SkimmedJSONDecoder.Object) throws {
+                var module, buildId, offset, symbol, file: String?
+                var line: Int?
+                var inlined, async: Bool?
+                try object.forEachMember(named: Self.names) { index, value in
+                    switch index {
+                    case 0: module = try value.optional { try $0.string() }
+                    case 1: buildId = try value.optional { try $0.string() }
+                    case 2: offset = try value.optional { try $0.string() }
+                    case 3: symbol = try value.optional { try $0.string() }
+                    case 4: file = try value.optional { try $0.string() }
+                    case 5: line = try value.optional { try $0.integer() }
+                    case 6: inlined = try value.optional { try $0.bool() }
+                    default: async = try value.optional { try $0.bool() }
+                    }
+                }
+                (self.module, self.buildId, self.offset, self.symbol) = (module, buildId, offset, symbol)
+                (self.file, self.line, self.inlined, self.async) = (file, line, inlined, async)
+            }
+        }
 
         private enum CodingKeys: String, CodingKey {
             case samples, frames
@@ -117,14 +211,14 @@ package struct StallStacks: Sendable {
         package init(from decoder: any Decoder) throws {
             entry = try StallTimeline.Entry(from: decoder)
             let container = try decoder.container(keyedBy: CodingKeys.self)
-            samples = try container.decode([StallReport.Sample].self, forKey: .samples)
-            frames = try container.decode([StallReport.Frame].self, forKey: .frames)
+            samples = try container.decode([Sample].self, forKey: .samples)
+            frames = try container.decode([Frame].self, forKey: .frames)
         }
 
         package init(_ report: StallReport) {
             entry = StallTimeline.Entry(report)
-            samples = report.samples
-            frames = report.frames
+            samples = report.samples.map(Sample.init)
+            frames = report.frames.map(Frame.init)
         }
     }
 
@@ -148,7 +242,7 @@ package struct StallStacks: Sendable {
         var locationOfGroup: [[Int]: Int] = [:]
         var countByStack: [Int: Int] = [:]
         var order: [Int] = []
-        for sample in stall.samples where sample.status == .ok && sample.idle != true && !sample.frames.isEmpty {
+        for sample in stall.samples where sample.isUsable {
             let stack = intern(stack: sample.frames, of: stall.frames, cache: &locationOfGroup)
             if countByStack[stack] == nil { order.append(stack) }
             countByStack[stack, default: 0] += 1
@@ -176,6 +270,39 @@ package struct StallStacks: Sendable {
         }
     }
 
+    /// Adds the stalls `other` holds, as if each had been added here after the ones already here: the tables come
+    /// out the same, entry for entry, as adding the stalls one by one (what lets workers each fold a run of reports
+    /// and the runs be merged in order).
+    package mutating func merge(_ other: StallStacks) {
+        let strings = other.strings.map { intern($0) }
+        let mappings = other.mappings.map { mapping in
+            intern(mapping: other.strings[mapping.file], buildID: other.strings[mapping.buildID])
+        }
+        let functions = other.functions.map { function in
+            intern(function: Function(name: strings[function.name], systemName: strings[function.systemName],
+                                      file: strings[function.file]))
+        }
+        let locations = other.locations.map { location -> Int in
+            var merged = location
+            merged.mapping = location.mapping.map { mappings[$0] }
+            // Addresses are their module's window plus an offset: the window moves with the module's index.
+            let otherBase = location.mapping.map { other.mappings[$0].start } ?? 0
+            let base = merged.mapping.map { self.mappings[$0].start } ?? 0
+            merged.address = location.address &- otherBase &+ base
+            merged.lines = location.lines.map { Line(function: functions[$0.function], line: $0.line) }
+            return intern(location: merged)
+        }
+        let stacks = other.stacks.map { stack in intern(stack: stack.map { locations[$0] }) }
+        for var sample in other.samples {
+            sample.stack = stacks[sample.stack]
+            sample.labels = sample.labels.map { Label(key: strings[$0.key], value: strings[$0.value]) }
+            samples.append(sample)
+        }
+        if let start = other.earliestStart { earliestStart = min(earliestStart ?? start, start) }
+        if let end = other.latestEnd { latestEnd = max(latestEnd ?? end, end) }
+        stalls += other.stalls
+    }
+
     /// `milliseconds` as whole nanoseconds, 0 for a negative or NaN value, saturated where Int64 ends (a report's
     /// figure is outside input, and a conversion that overflows would trap).
     static func nanoseconds(milliseconds: Double) -> Int64 {
@@ -200,7 +327,7 @@ package struct StallStacks: Sendable {
 
     /// A sample's frames (indices into the report's `frames`, innermost first) as a stack of locations: each run
     /// of inlined frames joins the physical frame after it in one location.
-    private mutating func intern(stack indices: [Int], of frames: [StallReport.Frame], cache: inout [[Int]: Int])
+    private mutating func intern(stack indices: [Int], of frames: [Stall.Frame], cache: inout [[Int]: Int])
         -> Int {
         var stack: [Int] = []
         var group: [Int] = []
@@ -215,7 +342,7 @@ package struct StallStacks: Sendable {
         return intern(stack: stack)
     }
 
-    private mutating func location(of group: [Int], in frames: [StallReport.Frame], cache: inout [[Int]: Int]) -> Int {
+    private mutating func location(of group: [Int], in frames: [Stall.Frame], cache: inout [[Int]: Int]) -> Int {
         if let known = cache[group] { return known }
         let physical = frames[group[group.count - 1]]
         var mapping: Int?
@@ -244,7 +371,13 @@ package struct StallStacks: Sendable {
     }
 
     private mutating func intern(function name: String, systemName: String, file: String?) -> Int {
-        let function = Function(name: intern(name), systemName: intern(systemName), file: intern(file ?? ""))
+        let nameIndex = intern(name)
+        // Most functions are named as their symbol: one lookup for both.
+        let systemIndex = systemName == name ? nameIndex : intern(systemName)
+        return intern(function: Function(name: nameIndex, systemName: systemIndex, file: intern(file ?? "")))
+    }
+
+    private mutating func intern(function: Function) -> Int {
         if let known = functionIndex[function] { return known }
         functions.append(function)
         functionIndex[function] = functions.count - 1
@@ -259,7 +392,7 @@ package struct StallStacks: Sendable {
     }
 
     private mutating func intern(mapping module: String, buildID: String?) -> Int {
-        let key = module + "\u{0}" + (buildID ?? "")
+        let key = MappingKey(module: module, buildID: buildID ?? "")
         if let known = mappingIndex[key] { return known }
         // Windows of 2^40 bytes: 2^24 modules before they wrap, which no process has.
         let start = UInt64(truncatingIfNeeded: mappings.count + 1) &<< 40

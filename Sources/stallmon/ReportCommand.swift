@@ -102,20 +102,12 @@ struct ReportCommand: ParsableCommand {
                     }
                 }
             } else if pprof != nil {
-                let wantsEntries = timeline != nil
-                problems = try ReportReader.forEachSubset(in: directory) { (path, stall: StallStacks.Stall) in
-                    digests.append((path, stall.entry.digest))
-                    guard selection.contains(stall.entry.digest) else { return }
-                    stacks.add(stall)
-                    if wantsEntries { entries[path] = stall.entry }
-                }
-                digests = ReportReader.sortedByStart(digests, start: \.start.wall)
+                // The profile's subset has the timeline's entry: one pass serves both.
+                problems = try fold(StallStacks.Stall.self, directory: directory, selection: selection,
+                                    entries: timeline != nil, entry: \.entry, into: &digests, &stacks, &entries)
             } else if timeline != nil {
-                problems = try ReportReader.forEachSubset(in: directory) { (path, entry: StallTimeline.Entry) in
-                    digests.append((path, entry.digest))
-                    if selection.contains(entry.digest) { entries[path] = entry }
-                }
-                digests = ReportReader.sortedByStart(digests, start: \.start.wall)
+                problems = try fold(StallTimeline.Entry.self, directory: directory, selection: selection,
+                                    entries: true, entry: { $0 }, into: &digests, &stacks, &entries)
             } else {
                 let scan = try ReportReader.scanDigests(directory: directory)
                 digests = scan.reports
@@ -158,6 +150,47 @@ struct ReportCommand: ParsableCommand {
             try write(try Self.gzip(StallPprof.serialized(stacks)), to: pprof)
         }
         if digests.isEmpty && !problems.isEmpty { throw ExitCode(1) }
+    }
+
+    /// What one worker folds of a run of reports (`ReportReader.fold`).
+    private struct Folded: @unchecked Sendable {
+        var digests: [(path: String, report: StallDigest)] = []
+        var stacks = StallStacks()
+        var entries: [(path: String, entry: StallTimeline.Entry)] = []
+        /// Its own: the date formatters it holds are used only by the worker folding into it. The calling thread
+        /// reads the rest once that worker is done. That hand-over is why this is `@unchecked Sendable`.
+        let selection: Selection
+    }
+
+    /// Reads `Subset` of every report in `directory` on all cores, keeping each one's digest, adding the selected
+    /// ones' stalls to `stacks` when `Subset` is a profile's, and their timeline entries when `entries` is set.
+    private func fold<Subset: ReportSubset>(
+        _ type: Subset.Type, directory: String, selection: Selection, entries wantsEntries: Bool,
+        entry: @escaping @Sendable (Subset) -> StallTimeline.Entry,
+        into digests: inout [(path: String, report: StallDigest)], _ stacks: inout StallStacks,
+        _ entries: inout [String: StallTimeline.Entry]
+    ) throws(ReportReadError) -> [ReportReadError] {
+        let bounds = (loop: selection.loop, lower: selection.lower, upper: selection.upper)
+        var all: [(path: String, report: StallDigest)] = []
+        var stacksSoFar = StallStacks()
+        var entriesSoFar: [String: StallTimeline.Entry] = [:]
+        let problems = try ReportReader.fold(in: directory, partial: {
+            Folded(selection: Selection(loop: bounds.loop, lower: bounds.lower, upper: bounds.upper))
+        }, add: { (folded: inout Folded, path: String, subset: Subset) in
+            let entry = entry(subset)
+            folded.digests.append((path, entry.digest))
+            guard folded.selection.contains(entry.digest) else { return }
+            if let stall = subset as? StallStacks.Stall { folded.stacks.add(stall) }
+            if wantsEntries { folded.entries.append((path, entry)) }
+        }, merge: { folded in
+            all += folded.digests
+            stacksSoFar.merge(folded.stacks)
+            for (path, entry) in folded.entries { entriesSoFar[path] = entry }
+        })
+        digests = ReportReader.sortedByStart(all, start: \.start.wall)
+        stacks = stacksSoFar
+        entries = entriesSoFar
+        return problems
     }
 
     /// pprof files are gzipped; a build without the Upload trait (no compress-nio) writes the profile plain, which

@@ -117,4 +117,45 @@ struct StallStacksTests {
         stacks.add(Fixture.report(durationMs: -5, topSymbol: "App.Worker.step()"))
         #expect(stacks.samples.suffix(2).allSatisfy { $0.nanoseconds == 0 })
     }
+
+    /// Reports with stacks of their own and shared ones: other modules, inlined and async frames, a stall with no
+    /// usable sample, labels that differ.
+    static func variedReports() -> [StallReport] {
+        (0..<12).map { index in
+            var report = Fixture.report(durationMs: Double(100 + index), topSymbol: "App.Worker.step\(index % 4)()",
+                                        loop: index % 3 == 0 ? "main" : "io", start: Fixture.start(index),
+                                        label: "route-\(index % 5)")
+            if index % 2 == 0 { report.frames[2].module = "/opt/app/lib/libplugin\(index % 3).so" }
+            if index % 3 == 1 { report.frames[0].inlined = true }
+            if index % 4 == 2 { report.frames[1].async = true }
+            if index == 7 { report.samples = report.samples.map { var sample = $0; sample.idle = true; return sample } }
+            report.traceId = index % 2 == 0 ? "4bf92f3577b34da6a3ce929d0e0e47\(10 + index)" : nil
+            report.spanId = index % 2 == 0 ? "00f067aa0ba902\(10 + index)" : nil
+            return report
+        }
+    }
+
+    @Test func mergingRunsFoldedApartGivesWhatAddingOneByOneGives() throws {
+        let reports = Self.variedReports()
+        var oneByOne = StallStacks()
+        for report in reports { oneByOne.add(report) }
+        var merged = StallStacks()
+        for run in [0..<5, 5..<6, 6..<12] {
+            var part = StallStacks()
+            for report in reports[run] { part.add(report) }
+            merged.merge(part)
+        }
+        #expect(merged.strings == oneByOne.strings)
+        #expect(merged.functions == oneByOne.functions)
+        #expect(merged.locations == oneByOne.locations)
+        #expect(merged.mappings == oneByOne.mappings)
+        #expect(merged.stacks == oneByOne.stacks)
+        #expect(merged.samples.map(\.stack) == oneByOne.samples.map(\.stack))
+        #expect(merged.samples.map(\.labels) == oneByOne.samples.map(\.labels))
+        #expect(merged.samples.map(\.nanoseconds) == oneByOne.samples.map(\.nanoseconds))
+        #expect(merged.stalls == 12 && merged.earliestStart == oneByOne.earliestStart
+                && merged.latestEnd == oneByOne.latestEnd)
+        #expect(try StallPprof.serialized(merged) == StallPprof.serialized(oneByOne), "the same profile, byte for byte")
+        #expect(oneByOne.mappings.count > 2, "the reports span several modules, so windows move in the merge")
+    }
 }

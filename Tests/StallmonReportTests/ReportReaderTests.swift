@@ -133,6 +133,32 @@ struct ReportReaderTests {
         #expect(slashed.reports.map(\.path) == scan.reports.map(\.path))
     }
 
+    @Test("fold: every report once, partials merged in file order across runs and windows, problems per file")
+    func fold() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        for index in 0..<45 {
+            try Fixture.write(Fixture.report(id: "r\(index)", durationMs: 100, topSymbol: "A.a()",
+                                             start: Fixture.start(45 - index)),
+                              named: String(format: "%03d", index), in: directory)
+        }
+        try directory.write("stall-017x.json", "{")
+        try directory.write("stall-044x.json", "")
+        try directory.write(".tmp-stall-050.json", "")
+        var runs: [[String]] = []
+        let problems = try ReportReader.fold(in: directory.path, chunk: 4, window: 3, partial: { [String]() },
+                                             add: { (ids: inout [String], _, digest: StallDigest) in
+                                                 ids.append(digest.id)
+                                             }, merge: { runs.append($0) })
+        #expect(runs.flatMap { $0 } == (0..<45).map { "r\($0)" }, "name order, each once")
+        #expect(runs.count == 12, "47 files in runs of 4")
+        #expect(problems.map(\.path) == [directory.path("stall-017x.json"), directory.path("stall-044x.json")])
+        #expect(throws: ReportReadError.self) {
+            try ReportReader.fold(in: directory.path("missing"), partial: { 0 }, add: { (_: inout Int, _, _: StallDigest) in },
+                                  merge: { _ in })
+        }
+    }
+
     @Test("scan: a missing directory or a file throws")
     func scanErrors() throws {
         let directory = try TemporaryDirectory()

@@ -209,24 +209,42 @@ extension ReportReader {
         }
     }
 
-    /// Reads a subset of every report in `directory` on all cores, `window` files at a time, and hands each to
-    /// `body` on the calling thread, in file-name order; returns the files that could not be read. A fold over a
-    /// large directory (a profile of 100,000 reports) so holds one window of reports, not the directory's.
-    package static func forEachSubset<Subset: ReportSubset>(
-        in directory: String, window: Int = 2048, _ body: (String, Subset) -> Void
+    /// Reads a subset of every report in `directory` and folds them into one result, on all cores: each run of
+    /// `chunk` files (in name order) is read and folded by `add` into a partial result of its own on a worker, and
+    /// the partials are handed to `merge` in file order on the calling thread, `window` runs at a time. A fold over
+    /// a large directory (a profile of 100,000 reports) so holds one window's partials, never the reports, and
+    /// reads and adds on every core. Returns the files that could not be read.
+    package static func fold<Subset: ReportSubset, Partial: Sendable>(
+        in directory: String, chunk: Int = 64, window: Int = 32,
+        partial: @Sendable () -> Partial,
+        add: @Sendable (inout Partial, String, Subset) -> Void,
+        merge: (Partial) -> Void
     ) throws(ReportReadError) -> [ReportReadError] {
         let paths = try reportPaths(in: directory)
+        let runs = (paths.count + chunk - 1) / chunk
         var problems: [ReportReadError] = []
-        for first in stride(from: 0, to: paths.count, by: window) {
-            let slice = Array(paths[first..<min(paths.count, first + window)])
-            let outcomes = readInParallel(slice, chunk: 64) { path throws(ReportReadError) -> Subset in
-                try decodeSubset(try contents(of: path), path: path)
-            }
-            for (path, outcome) in zip(slice, outcomes) {
-                switch outcome {
-                case .success(let subset): body(path, subset)
-                case .failure(let error): problems.append(error)
+        for first in stride(from: 0, to: runs, by: window) {
+            let count = min(window, runs - first)
+            var results = [(partial: Partial, problems: [ReportReadError])?](repeating: nil, count: count)
+            results.withUnsafeMutableBufferPointer { buffer in
+                let slots = UnsafeSendable(buffer)
+                DispatchQueue.concurrentPerform(iterations: count) { offset in
+                    let run = first + offset
+                    var folded = partial()
+                    var unreadable: [ReportReadError] = []
+                    for path in paths[(run * chunk)..<min(paths.count, (run + 1) * chunk)] {
+                        do throws(ReportReadError) {
+                            add(&folded, path, try decodeSubset(try contents(of: path), path: path) as Subset)
+                        } catch {
+                            unreadable.append(error)
+                        }
+                    }
+                    slots.value[offset] = (folded, unreadable)
                 }
+            }
+            for case let result? in results {
+                merge(result.partial)
+                problems += result.problems
             }
         }
         return problems

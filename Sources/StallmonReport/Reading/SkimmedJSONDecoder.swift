@@ -14,9 +14,11 @@ import Foundation
 /// - types Foundation's JSONDecoder treats specially (`Date`, `Data`, `URL`, `Decimal`), `Float`, `superDecoder`.
 ///
 /// Not thread-safe: one decoder per document and thread. The bytes must outlive the decoding.
-struct SkimmedJSONDecoder {
+package struct SkimmedJSONDecoder {
     /// The document holds something this decoder leaves to Foundation's.
-    struct Unsupported: Error {}
+    package struct Unsupported: Error {
+        package init() {}
+    }
 
     /// Decodes a `T` from the value at `start` of `bytes`, a document `JSONSkimmer` validated. `topLevel`, when
     /// given, are the members of the object at `start` as the skimmer found them (so they are not scanned twice).
@@ -56,6 +58,9 @@ struct SkimmedJSONDecoder {
         /// Set when `contains` or `allKeys`, which cannot throw, met a repeated key: the value decoded
         /// may differ from Foundation's, so `decode` throws `Unsupported` at the end.
         var leftToFoundation = false
+        /// Where the last object read member by member (`Object.forEachMember`) began and ended (just past its
+        /// closing brace): an array of them moves on from there instead of walking the object again.
+        var lastObject: (start: Int, end: Int)?
 
         init(bytes: UnsafeRawBufferPointer, open: UnsafeMutablePointer<UInt8>) {
             self.bytes = bytes
@@ -185,7 +190,7 @@ struct SkimmedJSONDecoder {
         }
 
         /// An integer written as one (`-?[0-9]+`), in range of `I`.
-        func integer<I: FixedWidthInteger>(_ type: I.Type, at index: Int) throws -> I {
+        package func integer<I: FixedWidthInteger>(_ type: I.Type, at index: Int) throws -> I {
             var cursor = index
             let negative = bytes[cursor] == UInt8(ascii: "-")
             if negative { cursor += 1 }
@@ -433,6 +438,13 @@ struct SkimmedJSONDecoder {
             let start = next
             var scanner = impl.scanner(at: start)
             try scanner.skipValue()
+            moveOn(from: scanner)
+            return start
+        }
+
+        /// Moves to the element after the one that ended where `scanner` is.
+        private mutating func moveOn(from scanner: JSONSkimmer.Scanner) {
+            var scanner = scanner
             scanner.skipWhitespace()
             if impl.bytes[scanner.index] == UInt8(ascii: ",") {
                 scanner.index += 1
@@ -440,7 +452,6 @@ struct SkimmedJSONDecoder {
             }
             next = scanner.index
             currentIndex += 1
-            return start
         }
 
         mutating func decodeNil() throws -> Bool {
@@ -471,7 +482,13 @@ struct SkimmedJSONDecoder {
             try impl.integer(UInt64.self, at: try advance())
         }
         mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
-            try impl.decodeValue(type, at: try advance())
+            guard T.self is any SkimmedDecodable.Type else { return try impl.decodeValue(type, at: try advance()) }
+            // An object read member by member was walked to its end already.
+            guard !isAtEnd else { throw Unsupported() }
+            let value = try impl.decodeValue(type, at: next)
+            guard let object = impl.lastObject, object.start == next else { throw Unsupported() }
+            moveOn(from: impl.scanner(at: object.end))
+            return value
         }
 
         mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws
@@ -488,19 +505,22 @@ struct SkimmedJSONDecoder {
 
     /// An object read member by member, for `SkimmedDecodable` types: each member's value is read where it is,
     /// with no container, key object or existential in between.
-    struct Object {
+    package struct Object {
         fileprivate let impl: Impl
         fileprivate let start: Int
 
         /// Calls `body` with the index in `names` and the value's start of each member named in `names`, in the
         /// document's order; members of other names are skipped. Throws `Unsupported` when a name comes twice, or
         /// the value is not an object.
-        func forEachMember(named names: [StaticString], _ body: (Int, Value) throws -> Void) throws {
+        package func forEachMember(named names: [StaticString], _ body: (Int, Value) throws -> Void) throws {
             guard impl.bytes[start] == UInt8(ascii: "{") else { throw Unsupported() }
             var seen: UInt64 = 0
             var scanner = impl.scanner(at: start + 1)
             scanner.skipWhitespace()
-            guard impl.bytes[scanner.index] != UInt8(ascii: "}") else { return }
+            guard impl.bytes[scanner.index] != UInt8(ascii: "}") else {
+                impl.lastObject = (start, scanner.index + 1)
+                return
+            }
             while true {
                 let keyStart = scanner.index
                 let keyEnd = impl.stringEnd(from: keyStart)
@@ -516,7 +536,10 @@ struct SkimmedJSONDecoder {
                 }
                 try scanner.skipValue()
                 scanner.skipWhitespace()
-                guard impl.bytes[scanner.index] == UInt8(ascii: ",") else { return }
+                guard impl.bytes[scanner.index] == UInt8(ascii: ",") else {
+                    impl.lastObject = (start, scanner.index + 1)
+                    return
+                }
                 scanner.index += 1
                 scanner.skipWhitespace()
             }
@@ -539,19 +562,21 @@ struct SkimmedJSONDecoder {
     }
 
     /// One member's value, read as the type its member has; a value of another kind throws `Unsupported`.
-    struct Value {
+    package struct Value {
         fileprivate let impl: Impl
         fileprivate let start: Int
 
-        var isNull: Bool { impl.isNull(at: start) }
-        func string() throws -> String { try impl.string(at: start) }
-        func double() throws -> Double { try impl.double(at: start) }
-        func bool() throws -> Bool { try impl.bool(at: start) }
-        func integer<I: FixedWidthInteger>(_ type: I.Type = Int.self) throws -> I { try impl.integer(I.self, at: start) }
-        func decode<T: Decodable>(_ type: T.Type) throws -> T { try impl.decodeValue(T.self, at: start) }
+        package var isNull: Bool { impl.isNull(at: start) }
+        package func string() throws -> String { try impl.string(at: start) }
+        package func double() throws -> Double { try impl.double(at: start) }
+        package func bool() throws -> Bool { try impl.bool(at: start) }
+        package func integer<I: FixedWidthInteger>(_ type: I.Type = Int.self) throws -> I {
+            try impl.integer(I.self, at: start)
+        }
+        package func decode<T: Decodable>(_ type: T.Type) throws -> T { try impl.decodeValue(T.self, at: start) }
 
         /// An array of integers, the most common array of a report (a sample's frames).
-        func integers() throws -> [Int] {
+        package func integers() throws -> [Int] {
             guard impl.bytes[start] == UInt8(ascii: "[") else { throw Unsupported() }
             var values: [Int] = []
             var scanner = impl.scanner(at: start + 1)
@@ -570,7 +595,7 @@ struct SkimmedJSONDecoder {
         }
 
         /// nil for null, as `decodeIfPresent` reads it.
-        func optional<T>(_ read: (Value) throws -> T) throws -> T? {
+        package func optional<T>(_ read: (Value) throws -> T) throws -> T? {
             isNull ? nil : try read(self)
         }
     }
@@ -580,6 +605,6 @@ struct SkimmedJSONDecoder {
 /// conformance: the objects a report has hundreds of (samples, frames), where Codable's containers were most of the
 /// time. Its reading must give what its synthesized `init(from:)` gives, or throw; the decoder's differential tests
 /// compare the two on every member.
-protocol SkimmedDecodable: Decodable {
+package protocol SkimmedDecodable: Decodable {
     init(skimming object: SkimmedJSONDecoder.Object) throws
 }

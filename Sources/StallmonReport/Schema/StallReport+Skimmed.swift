@@ -8,7 +8,7 @@ extension StallReport.Sample: SkimmedDecodable {
         "holderState", "holderStatus", "holderFrames", "holderWaiting", "awaitChainTruncated",
     ]
 
-    init(skimming object: SkimmedJSONDecoder.Object) throws {
+    package init(skimming object: SkimmedJSONDecoder.Object) throws {
         var offsetMs: Double?
         var status: CaptureStatus?
         var frames: [Int]?
@@ -60,7 +60,7 @@ extension StallReport.Frame: SkimmedDecodable {
         "inlined", "async",
     ]
 
-    init(skimming object: SkimmedJSONDecoder.Object) throws {
+    package init(skimming object: SkimmedJSONDecoder.Object) throws {
         var address, module, buildId, offset, symbol, file: String?
         var image, symbolOffset, line: Int?
         var inApp, inlined, async: Bool?
