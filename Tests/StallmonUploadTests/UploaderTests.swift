@@ -6,6 +6,7 @@ import StallmonLoop
 @testable import StallmonReport
 import StallmonTestSupport
 @testable import StallmonUpload
+import Synchronization
 import Testing
 
 @Suite(.serialized)
@@ -179,6 +180,44 @@ struct UploaderTests {
         #expect(warnings.count == 1, "logged when uploads start failing, not per try: \(warnings.map(\.message))")
         #expect(logs.entries.contains { $0.level == .notice }, "recovery is logged")
         #expect(!logs.entries.contains { "\($0.message) \($0.metadata)".contains("s3cret-token") })
+    }
+
+    /// Batches after the first are sent from the first's listing: an entry removed meanwhile must not be refused as
+    /// unreadable, and one replaced meanwhile (an interim report by its final one) must go once, as it is now.
+    @Test func entriesRemovedOrReplacedWhileEarlierBatchesAreSentAreNeitherRefusedNorSentTwice() throws {
+        let receiver = try Receiver(plan: #"[{"sleep": 1.0}]"#)
+        let directory = makeTemporaryDirectory()
+        let ids = try spoolSampleReports(30, into: directory)
+        let spool = Spool(reportDirectory: directory)
+        let listed = try spool.pending()
+        let uploader = try Uploader(spool: spool, configuration: testUploadConfiguration(receiver.baseURL),
+                                    logger: Logger(label: "test"))
+        let result = Mutex<UploadStatistics?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            let statistics = uploader.flush(deadline: .seconds(20))
+            result.withLock { $0 = statistics }
+            done.signal()
+        }
+        // The receiver holds the first batch a second: the listing the next two come from goes stale.
+        for _ in 0..<500 where receiver.arrivals == 0 { usleep(10_000) }
+        #expect(receiver.arrivals == 1)
+        #expect(unlink(spool.path(of: listed[25])) == 0)
+        let replacement = sampleReport(durationMs: 999)
+        let encoded = try JSONEncoder().encode(replacement)
+        let temporary = directory + "/replacement.json"
+        try AtomicFile.write(Array(encoded), to: temporary)
+        #expect(rename(temporary, spool.path(of: listed[15])) == 0)
+        done.wait()
+
+        let statistics = try #require(result.withLock { $0 })
+        #expect(statistics.rejected == 0, "a removed entry is not refused as unreadable")
+        #expect(statistics.delivered == 29 && statistics.pending == 0)
+        var expected = ids
+        expected.remove(at: 25)
+        expected[15] = replacement.id
+        #expect(receiver.acknowledgedIDs.sorted() == expected.sorted(), "each once; the replaced one as it is now")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: spool.rejectedDirectory))?.isEmpty ?? true)
     }
 
     @Test(arguments: [400, 413, 500])

@@ -196,6 +196,20 @@ package struct Spool: Sendable {
 
     func path(of entry: SpoolEntry) -> String { "\(pendingDirectory)/\(entry.name)" }
 
+    /// `entries` that are still the very files listed, pinned as `pinned` pins them; entries gone or replaced since
+    /// the listing are left out, for the next listing to find as they are now (a batch sent from an older listing
+    /// then never reads a newer file under a listed name, nor reads a removed one).
+    package func pinnedIfUnchanged(_ entries: [SpoolEntry]) -> [SpoolEntry] {
+        entries.compactMap { entry in
+            guard let identity = FileIdentity.of(path(of: entry)), FileIdentity.same(identity, entry.identity) else {
+                return nil
+            }
+            var pinned = entry
+            pinned.identity = identity
+            return pinned
+        }
+    }
+
     /// `entries` with their inode generations, read now (the listing takes none): what is sent is then known
     /// exactly, so that an entry replaced by a new file on the same inode number, of the same size and time, is
     /// still told apart when the 2xx comes. An entry changed since the listing keeps the listed identity.
