@@ -83,45 +83,21 @@ struct ReportCommand: ParsableCommand {
         let selection = Selection(loop: loop, lower: try since.map { try TimeBound.parse($0, option: "--since") },
                                   upper: try until.map { try TimeBound.parse($0, option: "--until") })
         // Each output reads only the members it needs, in one pass over the directory: the summary a digest, the
-        // timeline a little more, the pprof profile the samples and frames too, folded into the profile as they are
-        // read; whole reports only for --folded, --html and --chains.
-        var digests: [(path: String, report: StallDigest)] = []
-        var reports: [String: StallReport] = [:]
-        var stacks = StallStacks()
-        var entries: [String: StallTimeline.Entry] = [:]
-        let problems: [ReportReadError]
+        // timeline a little more, the pprof profile the samples and frames too, each folded as it is read, on every
+        // core; whole reports only for --folded, --html and --chains.
+        let read: DirectoryRead
         do {
-            if folded != nil || html != nil || chains {
-                let scan = try ReportReader.scan(directory: directory)
-                digests = scan.reports.map { ($0.path, StallDigest($0.report)) }
-                reports = Dictionary(scan.reports.map { ($0.path, $0.report) }, uniquingKeysWith: { first, _ in first })
-                problems = scan.problems
-                if pprof != nil {
-                    for entry in digests where selection.contains(entry.report) {
-                        if let report = reports[entry.path] { stacks.add(report) }
-                    }
-                }
-            } else if pprof != nil {
-                // The profile's subset has the timeline's entry: one pass serves both.
-                problems = try fold(StallStacks.Stall.self, directory: directory, selection: selection,
-                                    entries: timeline != nil, entry: \.entry, into: &digests, &stacks, &entries)
-            } else if timeline != nil {
-                problems = try fold(StallTimeline.Entry.self, directory: directory, selection: selection,
-                                    entries: true, entry: { $0 }, into: &digests, &stacks, &entries)
-            } else {
-                let scan = try ReportReader.scanDigests(directory: directory)
-                digests = scan.reports
-                problems = scan.problems
-            }
+            read = folded != nil || html != nil || chains
+                ? try readWholeReports(directory: directory, selection: selection)
+                : try fold(directory: directory, selection: selection)
         } catch {
             warn(error.description)
             throw ExitCode(1)
         }
-        for problem in problems { warn("skipped \(problem.description)") }
-        let selected = digests.filter { selection.contains($0.report) }
-        var summary = StallSummary(directory: directory, digests: selected, unreadable: problems.count)
+        for problem in read.problems { warn("skipped \(problem.description)") }
+        var summary = read.summary
         summary.groups = Array(summary.groups.prefix(top))
-        if chains { summary.addAwaitChains(selected.compactMap { reports[$0.path] }) }
+        if chains { summary.addAwaitChains(read.chosen) }
         switch format {
         case .json:
             let encoder = JSONEncoder()
@@ -130,67 +106,104 @@ struct ReportCommand: ParsableCommand {
         case .text:
             print(SummaryText.render(summary), terminator: "")
         }
-        let chosen = selected.compactMap { reports[$0.path] }
         if let folded {
-            try write(StallProfile.folded(chosen), to: folded)
+            try write(StallProfile.folded(read.chosen), to: folded)
         }
         if let timeline {
-            let chosenEntries = selected.compactMap { entry in
-                (reports[entry.path].map(StallTimeline.Entry.init) ?? entries[entry.path])
-                    .map { (path: entry.path, entry: $0) }
-            }
-            try write(Array(try StallTimeline.json(chosenEntries.map(\.entry), paths: chosenEntries.map(\.path))),
+            try write(Array(try StallTimeline.json(read.entries.map(\.entry), paths: read.entries.map(\.path))),
                       to: timeline)
         }
         if let html {
-            try write(try HTMLReport.render(summary: summary, flame: StallProfile.flameTree(chosen),
+            try write(try HTMLReport.render(summary: summary, flame: StallProfile.flameTree(read.chosen),
                                             timeline: timeline.map { ($0, html) }), to: html)
         }
         if let pprof {
-            try write(try Self.gzip(StallPprof.serialized(stacks)), to: pprof)
+            try write(try Self.gzip(StallPprof.serialized(read.stacks)), to: pprof)
         }
-        if digests.isEmpty && !problems.isEmpty { throw ExitCode(1) }
+        if read.count == 0 && !read.problems.isEmpty { throw ExitCode(1) }
+    }
+
+    /// What `report` makes of a directory: the summary of the selected stalls, and what the other outputs need of
+    /// them.
+    private struct DirectoryRead {
+        var summary: StallSummary
+        /// The selected reports, whole: only for --folded, --html and --chains.
+        var chosen: [StallReport] = []
+        /// The selected stalls' timeline entries, in start order: only with --timeline.
+        var entries: [(path: String, entry: StallTimeline.Entry)] = []
+        /// The selected stalls' profile: only with --pprof.
+        var stacks = StallStacks()
+        var problems: [ReportReadError]
+        /// Reports read, selected or not.
+        var count: Int
+    }
+
+    private func readWholeReports(directory: String, selection: Selection) throws(ReportReadError) -> DirectoryRead {
+        let scan = try ReportReader.scan(directory: directory)
+        let selected = scan.reports.filter { selection.contains(StallDigest($0.report)) }
+        var read = DirectoryRead(summary: StallSummary(directory: directory, reports: selected,
+                                                       unreadable: scan.problems.count),
+                                 problems: scan.problems, count: scan.reports.count)
+        read.chosen = selected.map(\.report)
+        if timeline != nil { read.entries = selected.map { ($0.path, StallTimeline.Entry($0.report)) } }
+        if pprof != nil { for report in read.chosen { read.stacks.add(report) } }
+        return read
+    }
+
+    /// Reads the least each output needs of every report: the profile's subset (which has the timeline's entry) with
+    /// --pprof, the timeline's with --timeline, else a digest.
+    private func fold(directory: String, selection: Selection) throws(ReportReadError) -> DirectoryRead {
+        if pprof != nil {
+            return try fold(StallStacks.Stall.self, directory: directory, selection: selection,
+                            digest: \.entry.digest, entry: \.entry)
+        }
+        if timeline != nil {
+            return try fold(StallTimeline.Entry.self, directory: directory, selection: selection,
+                            digest: \.digest, entry: { $0 })
+        }
+        return try fold(StallDigest.self, directory: directory, selection: selection, digest: { $0 }, entry: nil)
     }
 
     /// What one worker folds of a run of reports (`ReportReader.fold`).
     private struct Folded: @unchecked Sendable {
-        var digests: [(path: String, report: StallDigest)] = []
+        var summary = StallSummary.Builder()
         var stacks = StallStacks()
-        var entries: [(path: String, entry: StallTimeline.Entry)] = []
+        var entries: [(order: StallSummary.Builder.Order, path: String, entry: StallTimeline.Entry)] = []
+        var count = 0
         /// Its own: the date formatters it holds are used only by the worker folding into it. The calling thread
         /// reads the rest once that worker is done. That hand-over is why this is `@unchecked Sendable`.
         let selection: Selection
     }
 
-    /// Reads `Subset` of every report in `directory` on all cores, keeping each one's digest, adding the selected
-    /// ones' stalls to `stacks` when `Subset` is a profile's, and their timeline entries when `entries` is set.
+    /// Reads `Subset` of every report in `directory` on all cores and folds the selected ones into the summary, the
+    /// profile when `Subset` is a profile's, and the timeline's entries when --timeline asks for them.
     private func fold<Subset: ReportSubset>(
-        _ type: Subset.Type, directory: String, selection: Selection, entries wantsEntries: Bool,
-        entry: @escaping @Sendable (Subset) -> StallTimeline.Entry,
-        into digests: inout [(path: String, report: StallDigest)], _ stacks: inout StallStacks,
-        _ entries: inout [String: StallTimeline.Entry]
-    ) throws(ReportReadError) -> [ReportReadError] {
+        _ type: Subset.Type, directory: String, selection: Selection,
+        digest: @escaping @Sendable (Subset) -> StallDigest, entry: (@Sendable (Subset) -> StallTimeline.Entry)?
+    ) throws(ReportReadError) -> DirectoryRead {
         let bounds = (loop: selection.loop, lower: selection.lower, upper: selection.upper)
-        var all: [(path: String, report: StallDigest)] = []
-        var stacksSoFar = StallStacks()
-        var entriesSoFar: [String: StallTimeline.Entry] = [:]
+        let entry = timeline != nil ? entry : nil
+        var all = Folded(selection: selection)
         let problems = try ReportReader.fold(in: directory, partial: {
             Folded(selection: Selection(loop: bounds.loop, lower: bounds.lower, upper: bounds.upper))
-        }, add: { (folded: inout Folded, path: String, subset: Subset) in
-            let entry = entry(subset)
-            folded.digests.append((path, entry.digest))
-            guard folded.selection.contains(entry.digest) else { return }
+        }, add: { (folded: inout Folded, index: Int, path: String, subset: Subset) in
+            folded.count += 1
+            let digest = digest(subset)
+            guard folded.selection.contains(digest) else { return }
+            // Start time, then file name: the order a scan sorts reports in.
+            let order = StallSummary.Builder.Order(start: digest.start.wall, index: index)
+            folded.summary.add(digest, path: path, order: order)
             if let stall = subset as? StallStacks.Stall { folded.stacks.add(stall) }
-            if wantsEntries { folded.entries.append((path, entry)) }
+            if let entry { folded.entries.append((order, path, entry(subset))) }
         }, merge: { folded in
-            all += folded.digests
-            stacksSoFar.merge(folded.stacks)
-            for (path, entry) in folded.entries { entriesSoFar[path] = entry }
+            all.count += folded.count
+            all.summary.merge(folded.summary)
+            all.stacks.merge(folded.stacks)
+            all.entries += folded.entries
         })
-        digests = ReportReader.sortedByStart(all, start: \.start.wall)
-        stacks = stacksSoFar
-        entries = entriesSoFar
-        return problems
+        return DirectoryRead(summary: all.summary.summary(directory: directory, unreadable: problems.count),
+                             entries: all.entries.sorted { $0.order < $1.order }.map { ($0.path, $0.entry) },
+                             stacks: all.stacks, problems: problems, count: all.count)
     }
 
     /// pprof files are gzipped; a build without the Upload trait (no compress-nio) writes the profile plain, which

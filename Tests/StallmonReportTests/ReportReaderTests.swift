@@ -147,14 +147,16 @@ struct ReportReaderTests {
         try directory.write(".tmp-stall-050.json", "")
         var runs: [[String]] = []
         let problems = try ReportReader.fold(in: directory.path, chunk: 4, window: 3, partial: { [String]() },
-                                             add: { (ids: inout [String], _, digest: StallDigest) in
-                                                 ids.append(digest.id)
+                                             add: { (ids: inout [String], index, _, digest: StallDigest) in
+                                                 ids.append("\(digest.id)@\(index)")
                                              }, merge: { runs.append($0) })
-        #expect(runs.flatMap { $0 } == (0..<45).map { "r\($0)" }, "name order, each once")
+        // The indices count every file: stall-017x.json comes after stall-017.json, stall-044x.json last.
+        let indices = Array(0..<18) + Array(19..<46)
+        #expect(runs.flatMap { $0 } == zip(0..<45, indices).map { "r\($0)@\($1)" }, "name order, each once")
         #expect(runs.count == 12, "47 files in runs of 4")
         #expect(problems.map(\.path) == [directory.path("stall-017x.json"), directory.path("stall-044x.json")])
         #expect(throws: ReportReadError.self) {
-            try ReportReader.fold(in: directory.path("missing"), partial: { 0 }, add: { (_: inout Int, _, _: StallDigest) in },
+            try ReportReader.fold(in: directory.path("missing"), partial: { 0 }, add: { (_: inout Int, _, _, _: StallDigest) in },
                                   merge: { _ in })
         }
     }

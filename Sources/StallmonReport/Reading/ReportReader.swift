@@ -210,14 +210,15 @@ extension ReportReader {
     }
 
     /// Reads a subset of every report in `directory` and folds them into one result, on all cores: each run of
-    /// `chunk` files (in name order) is read and folded by `add` into a partial result of its own on a worker, and
+    /// `chunk` files (in name order; `add` is told each file's index in it) is read and folded by `add` into a
+    /// partial result of its own on a worker, and
     /// the partials are handed to `merge` in file order on the calling thread, `window` runs at a time. A fold over
     /// a large directory (a profile of 100,000 reports) so holds one window's partials, never the reports, and
     /// reads and adds on every core. Returns the files that could not be read.
     package static func fold<Subset: ReportSubset, Partial: Sendable>(
         in directory: String, chunk: Int = 64, window: Int = 32,
         partial: @Sendable () -> Partial,
-        add: @Sendable (inout Partial, String, Subset) -> Void,
+        add: @Sendable (inout Partial, _ index: Int, _ path: String, Subset) -> Void,
         merge: (Partial) -> Void
     ) throws(ReportReadError) -> [ReportReadError] {
         let paths = try reportPaths(in: directory)
@@ -232,9 +233,10 @@ extension ReportReader {
                     let run = first + offset
                     var folded = partial()
                     var unreadable: [ReportReadError] = []
-                    for path in paths[(run * chunk)..<min(paths.count, (run + 1) * chunk)] {
+                    for index in (run * chunk)..<min(paths.count, (run + 1) * chunk) {
+                        let path = paths[index]
                         do throws(ReportReadError) {
-                            add(&folded, path, try decodeSubset(try contents(of: path), path: path) as Subset)
+                            add(&folded, index, path, try decodeSubset(try contents(of: path), path: path) as Subset)
                         } catch {
                             unreadable.append(error)
                         }

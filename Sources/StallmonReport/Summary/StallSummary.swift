@@ -134,64 +134,14 @@ public struct StallSummary: Codable, Sendable, Equatable {
                   unreadable: unreadable)
     }
 
-    /// Summarizes reports from their digests (path and digest).
+    /// Summarizes reports from their digests (path and digest). Where a group takes its "first" member, it is the
+    /// first in `reports`' order.
     public init(directory: String, digests reports: [(path: String, report: StallDigest)], unreadable: Int) {
-        schema = Self.currentSchema
-        self.directory = directory
-        stalls = reports.count
-        ongoing = reports.filter(\.report.ongoing).count
-        self.unreadable = unreadable
-        let durations = reports.map(\.report.durationMs).sorted()
-        durationMs = durations.isEmpty ? nil : Percentiles(
-            p50: Self.percentile(durations, 0.50), p90: Self.percentile(durations, 0.90),
-            p99: Self.percentile(durations, 0.99), max: durations.last!, total: durations.reduce(0, +))
-        let starts = reports.map(\.report.start.wall).sorted()
-        firstStart = starts.first
-        lastStart = starts.last
-        loops = Array(Set(reports.map(\.report.loop))).sorted()
-
-        var classCounts: [String: Int] = [:]
-        for entry in reports { classCounts[(entry.report.stallClass ?? .unknown).rawValue, default: 0] += 1 }
-        classes = classCounts
-        suppressed = reports.reduce(0) { Self.saturatingAdd($0, $1.report.suppressedBefore ?? 0) }
-        histogram = Self.bucketEdges.enumerated().map { index, lower in
-            let upper = index + 1 < Self.bucketEdges.count ? Self.bucketEdges[index + 1] : nil
-            return Bucket(lowerMs: lower, upperMs: upper,
-                          count: durations.filter { $0 >= lower && (upper == nil || $0 < upper!) }.count)
+        var builder = Builder()
+        for (index, entry) in reports.enumerated() {
+            builder.add(entry.report, path: entry.path, order: Builder.Order(start: "", index: index))
         }
-
-        var buckets: [String: [(path: String, report: StallDigest)]] = [:]
-        for entry in reports {
-            let key = entry.report.signature ?? ("frame:" + (entry.report.topFrame?.symbol ?? Self.noInAppFrame))
-            buckets[key, default: []].append(entry)
-        }
-        groups = buckets.values.map { members in
-            let sorted = members.map(\.report.durationMs).sorted()
-            let longest = members.max { $0.report.durationMs < $1.report.durationMs }!
-            var classVotes: [StallClass: Int] = [:]
-            for member in members { classVotes[member.report.stallClass ?? .unknown, default: 0] += 1 }
-            let majority = classVotes.max { ($0.value, $0.key.rawValue) < ($1.value, $1.key.rawValue) }?.key
-            let stallClass = members.contains { $0.report.stallClass != nil } ? majority : nil
-            let top = longest.report.topFrame ?? members.first { $0.report.topFrame != nil }?.report.topFrame
-            var waits: [String: (count: Int, first: Int)] = [:]
-            for member in members {
-                guard let wait = member.report.waitingOn?.first?.groupDescription else { continue }
-                let order = waits.count
-                waits[wait, default: (0, order)].count += 1
-            }
-            let commonWait = waits.max { ($0.value.count, -$0.value.first) < ($1.value.count, -$1.value.first) }
-            var group = Group(signature: members.first?.report.signature, stallClass: stallClass,
-                         suppressed: members.reduce(0) { Self.saturatingAdd($0, $1.report.suppressedBefore ?? 0) },
-                         topFrame: top?.symbol ?? Self.noInAppFrame, file: top?.file,
-                         line: top?.line, count: members.count,
-                         totalMs: sorted.reduce(0, +), maxMs: sorted.last ?? 0,
-                         p50Ms: Self.percentile(sorted, 0.5), loops: Array(Set(members.map(\.report.loop))).sorted(),
-                         reportIds: members.map(\.report.id), example: longest.path)
-            group.waitingOn = commonWait?.key
-            group.waitingOnCount = commonWait?.value.count
-            group.kind = members.first?.report.kind
-            return group
-        }.sorted { ($0.count, $0.totalMs) > ($1.count, $1.totalMs) }
+        self = builder.summary(directory: directory, unreadable: unreadable)
     }
 
     public static let noInAppFrame = "<no in-app frame>"
