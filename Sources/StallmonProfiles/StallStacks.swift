@@ -86,6 +86,8 @@ package struct StallStacks: Sendable {
         var buildID: String
     }
     private var stackIndex: [[Int]: Int] = [:]
+    /// The location of each frame met alone (not inlined, nothing inlined into it): a cache of `location(of:in:)`.
+    private var locationOfFrame: [Stall.Frame: Int] = [:]
 
     /// The labels' keys, as profile stores show them.
     package enum LabelKey {
@@ -150,7 +152,7 @@ package struct StallStacks: Sendable {
         }
 
         /// What a location is made of of a report's frame.
-        package struct Frame: Decodable, Sendable, SkimmedDecodable {
+        package struct Frame: Decodable, Hashable, Sendable, SkimmedDecodable {
             package var module: String?
             package var buildId: String?
             package var offset: String?
@@ -344,6 +346,12 @@ package struct StallStacks: Sendable {
 
     private mutating func location(of group: [Int], in frames: [Stall.Frame], cache: inout [[Int]: Int]) -> Int {
         if let known = cache[group] { return known }
+        // A frame not inlined into another is a location of its own, the same in every report that has it: found
+        // with one lookup instead of its module's, function's and location's.
+        if group.count == 1, let known = locationOfFrame[frames[group[0]]] {
+            cache[group] = known
+            return known
+        }
         let physical = frames[group[group.count - 1]]
         var mapping: Int?
         if let module = physical.module { mapping = intern(mapping: module, buildID: physical.buildId) }
@@ -359,6 +367,7 @@ package struct StallStacks: Sendable {
         let base = mapping.map { mappings[$0].start } ?? 0
         let interned = intern(location: Location(mapping: mapping, address: base &+ offset, lines: lines))
         cache[group] = interned
+        if group.count == 1 { locationOfFrame[physical] = interned }
         return interned
     }
 
