@@ -35,6 +35,20 @@ struct ReportDigestTests {
         }
     }
 
+    /// A member the digest reads written in a way only Foundation decodes (here named twice) hands the file to
+    /// Foundation: it decodes the digest, and a broken member outside it still does not hide the stall.
+    @Test("a digest left to Foundation is Foundation's digest, whatever the members it does not read hold")
+    func digestLeftToFoundation() throws {
+        let data = try Fixture.encode(Fixture.report(durationMs: 150, topSymbol: "A.a()", loop: "io"))
+        let text = String(decoding: data, as: UTF8.self).replacingOccurrences(of: #""loop" : "io""#, with: #""loop" : "io", "loop" : "io""#)
+        let broken = text.replacingOccurrences(of: #""captures" : {"#, with: #""captures" : {"unused": 1}, "x" : {"#)
+        #expect(broken != text)
+        #expect(throws: ReportReadError.self) { try ReportReader.decode(Data(broken.utf8), path: "r.json") }
+        let digest = try ReportReader.decodeDigest(Data(broken.utf8), path: "r.json")
+        #expect(digest == (try JSONDecoder().decode(StallDigest.self, from: Data(broken.utf8))))
+        #expect(digest.loop == "io" && digest.durationMs == 150)
+    }
+
     @Test("a bad value inside a sample does not hide the stall from the summary, a bad summary value does")
     func whatTheDigestChecks() throws {
         let data = try Fixture.encode(Fixture.report(durationMs: 150, topSymbol: "A.a()"))

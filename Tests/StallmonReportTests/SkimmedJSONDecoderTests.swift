@@ -179,6 +179,36 @@ struct SkimmedJSONDecoderTests {
         }
     }
 
+    struct Kelvin: Decodable, Equatable {
+        var K: String  // swiftlint:disable:this identifier_name
+    }
+
+    /// Counts its elements before reading them, as some `init(from:)` do.
+    struct Counted: Decodable, Equatable {
+        var count: Int?
+        var values: [Int] = []
+
+        init(from decoder: any Decoder) throws {
+            var container = try decoder.unkeyedContainer()
+            count = container.count
+            while !container.isAtEnd { values.append(try container.decode(Int.self)) }
+        }
+    }
+
+    @Test("keys compare as Foundation compares them (as strings), and an array's count is Foundation's")
+    func keysAndCounts() throws {
+        // U+212A KELVIN SIGN is canonically the letter K: whatever Foundation makes of it, the decoder does too.
+        for json in [#"{"\u212A": "kelvin"}"#, #"{"K": "k"}"#, "{\"\u{212A}\": \"raw\"}"] {
+            let foundation = try? JSONDecoder().decode(Kelvin.self, from: Data(json.utf8))
+            let skimmed = try? Self.skimmedDecode(Kelvin.self, Array(json.utf8))
+            #expect(skimmed == foundation, "\(json)")
+        }
+        for json in ["[]", "[1]", "[ 1 , 2 ,3 ]"] {
+            #expect(try Self.skimmedDecode(Counted.self, Array(json.utf8))
+                == JSONDecoder().decode(Counted.self, from: Data(json.utf8)))
+        }
+    }
+
     @Test("types Foundation decodes its own way are left to it")
     func specialTypes() {
         #expect(throws: SkimmedJSONDecoder.Unsupported.self) {

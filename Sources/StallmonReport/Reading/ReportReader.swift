@@ -129,28 +129,55 @@ extension ReportReader {
     package static func decodeSubset<Subset: ReportSubset>(_ data: Data, path: String) throws(ReportReadError)
         -> Subset {
         if data.isEmpty { throw ReportReadError(path: path, reason: "empty file") }
-        if let subset = try skimmed(Subset.self, from: data, path: path, schema: \.schema) { return subset }
-        // Not JSON, not an object, a member missing, or something only Foundation decodes: the full decoder names
-        // the reason. Should it accept what the skimmer refused, its report stands.
+        switch skim(Subset.self, from: data) {
+        case .decoded(let subset):
+            try checkSchema(subset.schema, path: path)
+            return subset
+        case .leftToFoundation:
+            // A report whose subset holds something only Foundation decodes: Foundation decodes the same subset,
+            // so that a member outside it never makes the report unreadable here when it does not elsewhere.
+            if let subset = try? JSONDecoder().decode(Subset.self, from: data) {
+                try checkSchema(subset.schema, path: path)
+                return subset
+            }
+        case .notAReport:
+            break
+        }
+        // Not JSON, not an object, a member missing, or a subset Foundation refuses too: the full decoder names the
+        // reason. Should it accept what the skimmer refused, its report stands.
         return Subset(try decodeWithFoundation(data, path: path))
     }
 
     /// Members every report has (`StallReport`'s non-optional properties).
     private static let requiredMembers: [[UInt8]] = StallReport.requiredKeys.map { Array($0.utf8) }
 
-    /// `T` read by `SkimmedJSONDecoder` from a document the skimmer validated, with every member a report must have
-    /// and a schema this build reads; nil when any of that is not so, or the decoder leaves the document to
-    /// Foundation (the caller's fallback, whose errors name the reason).
+    /// What the skimmer and `SkimmedJSONDecoder` made of a file.
+    private enum Skimmed<T> {
+        case decoded(T)
+        /// Valid JSON with every member a report must have, holding something only Foundation decodes.
+        case leftToFoundation
+        /// Not JSON, not an object, or a member every report has is missing.
+        case notAReport
+    }
+
+    private static func skim<T: Decodable>(_ type: T.Type, from data: Data) -> Skimmed<T> {
+        data.withUnsafeBytes { bytes -> Skimmed<T> in
+            guard let members = try? JSONSkimmer.topLevelMembers(bytes), hasRequiredMembers(members, in: bytes) else {
+                return .notAReport
+            }
+            guard let value = try? SkimmedJSONDecoder.decode(T.self, from: bytes, topLevel: members) else {
+                return .leftToFoundation
+            }
+            return .decoded(value)
+        }
+    }
+
+    /// `T` read by `SkimmedJSONDecoder`, of a schema this build reads; nil when the decoder left it to Foundation (the
+    /// caller's fallback, whose errors name what is wrong).
     private static func skimmed<T: Decodable>(
         _ type: T.Type, from data: Data, path: String, schema: (T) -> String
     ) throws(ReportReadError) -> T? {
-        let value = data.withUnsafeBytes { bytes -> T? in
-            guard let members = try? JSONSkimmer.topLevelMembers(bytes), hasRequiredMembers(members, in: bytes) else {
-                return nil
-            }
-            return try? SkimmedJSONDecoder.decode(T.self, from: bytes, topLevel: members)
-        }
-        guard let value else { return nil }
+        guard case .decoded(let value) = skim(T.self, from: data) else { return nil }
         try checkSchema(schema(value), path: path)
         return value
     }

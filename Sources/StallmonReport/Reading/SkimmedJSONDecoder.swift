@@ -133,6 +133,13 @@ package struct SkimmedJSONDecoder {
             }
         }
 
+        /// Whether a key's bytes must be read as text to be compared as Foundation compares keys (as Swift strings,
+        /// by canonical equivalence: `"\\u212A"`, the Kelvin sign, is the key `K`): with an escape or a byte beyond
+        /// ASCII. Plain ASCII keys are equal exactly when their bytes are.
+        func needsText(_ key: UnsafeRawBufferPointer) -> Bool {
+            key.contains { $0 == UInt8(ascii: "\\") || $0 >= 0x80 }
+        }
+
         /// The text of a string's contents (between its quotes), escapes resolved. The skimmer checked them: every
         /// `\\u` has four hex digits, and surrogates come in pairs.
         func text(of range: Range<Int>) -> String {
@@ -309,8 +316,7 @@ package struct SkimmedJSONDecoder {
                 let wanted = UnsafeRawBufferPointer(wanted)
                 for member in members {
                     let candidate = UnsafeRawBufferPointer(rebasing: impl.bytes[member.key])
-                    let matches = candidate.contains(UInt8(ascii: "\\"))
-                        ? impl.text(of: member.key).utf8.elementsEqual(wanted)
+                    let matches = impl.needsText(candidate) ? impl.text(of: member.key) == key.stringValue
                         : candidate.count == wanted.count && candidate.elementsEqual(wanted)
                     guard matches else { continue }
                     guard found == nil else { throw Unsupported() }
@@ -416,6 +422,8 @@ package struct SkimmedJSONDecoder {
 
     fileprivate struct UnkeyedContainer: UnkeyedDecodingContainer {
         let impl: Impl
+        /// Where the first element starts, or the closing bracket.
+        private let first: Int
         /// Where the next element starts, or the closing bracket.
         private var next: Int
         private(set) var currentIndex = 0
@@ -425,11 +433,27 @@ package struct SkimmedJSONDecoder {
             self.impl = impl
             var scanner = impl.scanner(at: start + 1)
             scanner.skipWhitespace()
-            next = scanner.index
+            first = scanner.index
+            next = first
         }
 
         var codingPath: [any CodingKey] { [] }
-        var count: Int? { nil }
+
+        /// The number of elements, as Foundation gives it (counted when asked: nothing here asks).
+        var count: Int? {
+            var scanner = impl.scanner(at: first)
+            var elements = 0
+            while impl.bytes[scanner.index] != UInt8(ascii: "]") {
+                guard (try? scanner.skipValue()) != nil else { return nil }
+                elements += 1
+                scanner.skipWhitespace()
+                if impl.bytes[scanner.index] == UInt8(ascii: ",") {
+                    scanner.index += 1
+                    scanner.skipWhitespace()
+                }
+            }
+            return elements
+        }
         var isAtEnd: Bool { impl.bytes[next] == UInt8(ascii: "]") }
 
         /// The next element's start, moving past it.
@@ -547,13 +571,9 @@ package struct SkimmedJSONDecoder {
 
         private func index(ofKey range: Range<Int>, in names: [StaticString]) -> Int? {
             let key = UnsafeRawBufferPointer(rebasing: impl.bytes[range])
-            if key.contains(UInt8(ascii: "\\")) {
-                var text = impl.text(of: range)
-                return text.withUTF8 { unescaped in
-                    names.firstIndex { $0.utf8CodeUnitCount == unescaped.count
-                        && UnsafeRawBufferPointer(start: $0.utf8Start, count: $0.utf8CodeUnitCount)
-                            .elementsEqual(UnsafeRawBufferPointer(unescaped)) }
-                }
+            if impl.needsText(key) {
+                let text = impl.text(of: range)
+                return names.firstIndex { text == $0.description }
             }
             return names.firstIndex { name in
                 name.utf8CodeUnitCount == key.count && memcmp(name.utf8Start, key.baseAddress!, key.count) == 0
