@@ -59,16 +59,35 @@ package enum StallPprof {
             return converted
         }
         let locationIDs = stacks.stacks.map { $0.map { UInt64($0 + 1) } }
-        profile.sample = stacks.samples.map { sample in
+        // Stalls of one stack with the same labels (and span, when traced) are one sample, their values summed: what
+        // pprof readers do on reading anyway, and a profile of 100,000 stalls the size of its distinct stacks.
+        struct Key: Hashable {
+            var stack: Int
+            var labels: [StallStacks.Label]
+            var span: String?
+        }
+        var sampleOf: [Key: Int] = [:]
+        var samples: [Perftools_Profiles_Sample] = []
+        for sample in stacks.samples {
+            let key = Key(stack: sample.stack, labels: sample.labels, span: sample.spanID.flatMap { $0.isEmpty ? nil : $0 })
+            if let index = sampleOf[key] {
+                samples[index].value[0] &+= sample.stalls
+                // Saturated: each stall's time fits an Int64, a sum of them may not.
+                samples[index].value[1] = samples[index].value[1] > Int64.max - sample.nanoseconds ? Int64.max
+                    : samples[index].value[1] + sample.nanoseconds
+                continue
+            }
             var converted = Perftools_Profiles_Sample()
             converted.locationID = locationIDs[sample.stack]
             converted.value = [sample.stalls, sample.nanoseconds]
             converted.label = sample.labels.map { label(key: $0.key, value: $0.value) }
-            if let span = sample.spanID, let value = spanValues[span] {
+            if let span = key.span, let value = spanValues[span] {
                 converted.label.append(label(key: spanKey, value: value))
             }
-            return converted
+            sampleOf[key] = samples.count
+            samples.append(converted)
         }
+        profile.sample = samples
         profile.stringTable = stacks.strings
         if let start = stacks.earliestStart, let end = stacks.latestEnd {
             profile.timeNanos = Int64(clamping: start)

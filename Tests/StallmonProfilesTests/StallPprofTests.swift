@@ -60,4 +60,26 @@ struct StallPprofTests {
             }
         }
     }
+
+    @Test func stallsOfOneStackAndLabelsAreOneSampleAndTracedOnesKeepTheirSpans() throws {
+        var stacks = StallStacks()
+        for index in 0..<3 {  // alike: one sample per stack
+            stacks.add(GroupFixture.report(durationMs: 100, topSymbol: "App.Worker.step()", start: Fixture.start(index),
+                                           stallClass: .cpu))
+        }
+        for (index, span) in ["00f067aa0ba902b7", "00f067aa0ba902b8"].enumerated() {  // alike but for their spans
+            var traced = GroupFixture.report(durationMs: 100, topSymbol: "App.Worker.step()",
+                                             start: Fixture.start(10 + index), stallClass: .cpu)
+            traced.traceId = String(repeating: "a", count: 32)
+            traced.spanId = span
+            stacks.add(traced)
+        }
+        #expect(stacks.samples.count == 10, "two stacks a stall in the tables")
+        let profile = try Perftools_Profiles_Profile(serializedBytes: StallPprof.serialized(stacks))
+        #expect(profile.sample.count == 6, "two stacks, each for the untraced stalls and for each span")
+        #expect(profile.sample.reduce(0) { $0 + $1.value[1] } == 500_000_000)
+        #expect(profile.sample.reduce(0) { $0 + $1.value[0] } == 5)
+        let untraced = profile.sample.filter { !$0.label.contains { profile.stringTable[Int($0.key)] == "span_id" } }
+        #expect(untraced.map(\.value[1]).sorted() == [75_000_000, 225_000_000], "3 stalls of 25 and 75 ms each")
+    }
 }
