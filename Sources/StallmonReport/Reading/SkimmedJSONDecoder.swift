@@ -242,29 +242,34 @@ package struct SkimmedJSONDecoder {
         func members(at index: Int) throws -> [Member] {
             if let root, root.start == index { return root.members }
             if let last, last.start == index { return last.members }
-            guard bytes[index] == UInt8(ascii: "{") else { throw Unsupported() }
             var members: [Member] = []
             members.reserveCapacity(16)
-            var scanner = scanner(at: index + 1)
-            scanner.skipWhitespace()
-            if bytes[scanner.index] != UInt8(ascii: "}") {
-                while true {
-                    let keyStart = scanner.index
-                    let keyEnd = stringEnd(from: keyStart)
-                    scanner.index = keyEnd
-                    scanner.skipWhitespace()
-                    scanner.index += 1  // the colon
-                    scanner.skipWhitespace()
-                    members.append(Member(key: (keyStart + 1)..<(keyEnd - 1), value: scanner.index))
-                    try scanner.skipValue()
-                    scanner.skipWhitespace()
-                    guard bytes[scanner.index] == UInt8(ascii: ",") else { break }
-                    scanner.index += 1
-                    scanner.skipWhitespace()
-                }
-            }
+            _ = try forEachMember(ofObjectAt: index) { key, value in members.append(Member(key: key, value: value)) }
             if root == nil { root = (index, members) } else { last = (index, members) }
             return members
+        }
+
+        /// Walks the members of the object at `index` (its `{`) in a validated document: `body` gets each key's
+        /// bytes (between its quotes) and where its value starts. Returns the index just past the closing brace.
+        func forEachMember(ofObjectAt index: Int, _ body: (Range<Int>, Int) throws -> Void) throws -> Int {
+            guard bytes[index] == UInt8(ascii: "{") else { throw Unsupported() }
+            var scanner = scanner(at: index + 1)
+            scanner.skipWhitespace()
+            guard bytes[scanner.index] != UInt8(ascii: "}") else { return scanner.index + 1 }
+            while true {
+                let keyStart = scanner.index
+                let keyEnd = stringEnd(from: keyStart)
+                scanner.index = keyEnd
+                scanner.skipWhitespace()
+                scanner.index += 1  // the colon
+                scanner.skipWhitespace()
+                try body((keyStart + 1)..<(keyEnd - 1), scanner.index)
+                try scanner.skipValue()
+                scanner.skipWhitespace()
+                guard bytes[scanner.index] == UInt8(ascii: ",") else { return scanner.index + 1 }
+                scanner.index += 1
+                scanner.skipWhitespace()
+            }
         }
 
         // MARK: SingleValueDecodingContainer
@@ -537,36 +542,14 @@ package struct SkimmedJSONDecoder {
         /// document's order; members of other names are skipped. Throws `Unsupported` when a name comes twice, or
         /// the value is not an object.
         package func forEachMember(named names: [StaticString], _ body: (Int, Value) throws -> Void) throws {
-            guard impl.bytes[start] == UInt8(ascii: "{") else { throw Unsupported() }
             var seen: UInt64 = 0
-            var scanner = impl.scanner(at: start + 1)
-            scanner.skipWhitespace()
-            guard impl.bytes[scanner.index] != UInt8(ascii: "}") else {
-                impl.lastObject = (start, scanner.index + 1)
-                return
+            let end = try impl.forEachMember(ofObjectAt: start) { key, value in
+                guard let index = index(ofKey: key, in: names) else { return }
+                guard seen & (1 << index) == 0 else { throw Unsupported() }
+                seen |= 1 << index
+                try body(index, Value(impl: impl, start: value))
             }
-            while true {
-                let keyStart = scanner.index
-                let keyEnd = impl.stringEnd(from: keyStart)
-                scanner.index = keyEnd
-                scanner.skipWhitespace()
-                scanner.index += 1  // the colon
-                scanner.skipWhitespace()
-                let valueStart = scanner.index
-                if let index = index(ofKey: (keyStart + 1)..<(keyEnd - 1), in: names) {
-                    guard seen & (1 << index) == 0 else { throw Unsupported() }
-                    seen |= 1 << index
-                    try body(index, Value(impl: impl, start: valueStart))
-                }
-                try scanner.skipValue()
-                scanner.skipWhitespace()
-                guard impl.bytes[scanner.index] == UInt8(ascii: ",") else {
-                    impl.lastObject = (start, scanner.index + 1)
-                    return
-                }
-                scanner.index += 1
-                scanner.skipWhitespace()
-            }
+            impl.lastObject = (start, end)
         }
 
         private func index(ofKey range: Range<Int>, in names: [StaticString]) -> Int? {

@@ -200,28 +200,25 @@ package struct Spool: Sendable {
     /// the listing are left out, for the next listing to find as they are now (a batch sent from an older listing
     /// then never reads a newer file under a listed name, nor reads a removed one).
     package func pinnedIfUnchanged(_ entries: [SpoolEntry]) -> [SpoolEntry] {
-        entries.compactMap { entry in
-            guard let identity = FileIdentity.of(path(of: entry)), FileIdentity.same(identity, entry.identity) else {
-                return nil
-            }
-            var pinned = entry
-            pinned.identity = identity
-            return pinned
-        }
+        entries.compactMap(pin)
     }
 
     /// `entries` with their inode generations, read now (the listing takes none): what is sent is then known
     /// exactly, so that an entry replaced by a new file on the same inode number, of the same size and time, is
     /// still told apart when the 2xx comes. An entry changed since the listing keeps the listed identity.
     package func pinned(_ entries: [SpoolEntry]) -> [SpoolEntry] {
-        entries.map { entry in
-            guard let identity = FileIdentity.of(path(of: entry)), FileIdentity.same(identity, entry.identity) else {
-                return entry
-            }
-            var pinned = entry
-            pinned.identity = identity
-            return pinned
+        entries.map { pin($0) ?? $0 }
+    }
+
+    /// `entry` with its file's identity read now, generation included; nil when the file is gone or no longer the
+    /// one listed.
+    private func pin(_ entry: SpoolEntry) -> SpoolEntry? {
+        guard let identity = FileIdentity.of(path(of: entry)), FileIdentity.same(identity, entry.identity) else {
+            return nil
         }
+        var pinned = entry
+        pinned.identity = identity
+        return pinned
     }
 
     /// Renames `entry` aside for `purpose`, so that what is checked is what is then moved: the aside's path, and
