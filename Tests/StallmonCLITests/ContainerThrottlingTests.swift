@@ -72,9 +72,10 @@ struct ContainerThrottlingTests {
     /// withheld by a limit.
     @Test func aLoopStarvedByHogsWithoutAQuotaIsStarvedNotThrottled() async throws {
         let temporary = try TemporaryDirectory("stallmon-starved")
-        // A hog and the demo share CPU 1 in a group of an eighth of the default weight: the tests around them come
-        // first, and what they take adds waits that are starvation too.
-        let group = try CPUGroup(quotaMicroseconds: nil, periodMicroseconds: 100_000, shares: 128)
+        // A hog and the demo share CPU 1 in a group of the highest weight, so the hog is what the loop waits for.
+        // At a low weight the tests around them came first, and on a loaded CI run they left the demo's report
+        // writer so little CPU that it wrote none of 16 stalls in 10 s.
+        let group = try CPUGroup(quotaMicroseconds: nil, periodMicroseconds: 100_000, shares: CPUGroup.maxShares)
         defer { group.remove() }
         let hogs = try (0..<1).map { _ in try group.startHog(cpu: 1) }
         // SIGKILL: a child inherits the test process's signal mask, where a test may have blocked SIGTERM.
