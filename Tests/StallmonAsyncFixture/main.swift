@@ -36,6 +36,47 @@ let RLIMIT_NOFILE_VALUE = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
     fflush(nil)
 }
 
+/// How long the monitor's start-up checks may take before the fixture gives up: they run at background priority,
+/// and a loaded machine (the whole suite on two cores) delays them by seconds.
+let startupCheckDeadline: Duration = .seconds(30)
+
+/// Waits until `pending` is false: the start-up checks have given their verdicts. Past `startupCheckDeadline` it
+/// exits 5 saying so, so a test reports that rather than a stall without its chain or label.
+func awaitStartupChecks(_ pending: () -> Bool) async {
+    let deadline = ContinuousClock.now + startupCheckDeadline
+    while pending() {
+        guard ContinuousClock.now < deadline else { startupChecksDidNotFinish() }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+}
+
+/// `awaitStartupChecks` for a caller outside any task.
+func awaitStartupChecksBlocking(_ pending: () -> Bool) {
+    let deadline = ContinuousClock.now + startupCheckDeadline
+    while pending() {
+        guard ContinuousClock.now < deadline else { startupChecksDidNotFinish() }
+        usleep(5_000)
+    }
+}
+
+@Sendable func startupChecksDidNotFinish() -> Never {
+    say("error: the start-up checks did not finish in \(startupCheckDeadline)")
+    exit(5)
+}
+
+/// Runs `step` until `flag` is set; past 30 s exits 5 saying so (the step is the caller's way to wait: a sleep, or
+/// a spin where the wait must stay a CPU stall).
+@Sendable func awaitFlag(_ flag: borrowing Atomic<Bool>, step: () -> Void) {
+    let deadline = ContinuousClock.now + .seconds(30)
+    while !flag.load(ordering: .acquiring) {
+        guard ContinuousClock.now < deadline else {
+            say("error: a fixture thread waited 30 s for its peer")
+            exit(5)
+        }
+        step()
+    }
+}
+
 func makeMonitor(mainActor: Bool = true, statsInterval: Duration = .seconds(60),
                  poolStatistics: Bool = true) -> ConcurrencyStallMonitor {
     var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(thresholdMs)),
@@ -181,27 +222,36 @@ enum Starvation {
 /// A mutex another (named) thread holds while the actor waits for it.
 final class HeldLock: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
+    /// Set by the waiter just before it locks: the hold is timed from there, not from when the lock was taken, so a
+    /// waiter that a loaded machine starts late still waits the whole hold.
+    private let waiterArrived = Atomic<Bool>(false)
 
     init() {
         pthread_mutex_init(&mutex, nil)
     }
 
-    /// Holds the lock on a thread named `fixture-holder` for `milliseconds`; returns once it is held.
-    func holdOnAnotherThread(milliseconds: Int) {
-        let held = DispatchSemaphore(value: 0)
-        // Named before its body runs; never joined: the fixture exits after the scenario.
-        _ = PosixThread.start(name: "fixture-holder") {
-            pthread_mutex_lock(&self.mutex)
-            say("holder \(cstallmon_gettid())")
-            held.signal()
-            AsyncStalls.blockingSleep(milliseconds: milliseconds)
-            pthread_mutex_unlock(&self.mutex)
+    /// Holds the lock on a thread named `fixture-holder` until a waiter arrived and `milliseconds` more; returns once
+    /// it is held. Awaited rather than blocking: the caller's thread (the main actor's) stays free while that thread
+    /// starts. It runs on the caller's actor, so the caller's next await on another actor hops from there (off the
+    /// global executor, a hop to an idle actor would run the method in the task's own job, not a drain job).
+    nonisolated(nonsending) func holdOnAnotherThread(milliseconds: Int) async {
+        waiterArrived.store(false, ordering: .relaxed)
+        await withCheckedContinuation { (held: CheckedContinuation<Void, Never>) in
+            // Named before its body runs; never joined: the fixture exits after the scenario.
+            _ = PosixThread.start(name: "fixture-holder") {
+                pthread_mutex_lock(&self.mutex)
+                say("holder \(cstallmon_gettid())")
+                held.resume()
+                awaitFlag(self.waiterArrived) { AsyncStalls.blockingSleep(milliseconds: 1) }
+                AsyncStalls.blockingSleep(milliseconds: milliseconds)
+                pthread_mutex_unlock(&self.mutex)
+            }
         }
-        held.wait()
     }
 
     @inline(never)
     func acquireAndRelease() {
+        waiterArrived.store(true, ordering: .releasing)
         pthread_mutex_lock(&mutex)
         pthread_mutex_unlock(&mutex)
     }
@@ -426,11 +476,17 @@ enum ChurnChains {
 /// runs once the holder is done, in the actor's drain job, whose probe names no task of its own.
 actor Vault {
     let holding = Atomic<Bool>(false)
+    /// Set by the auditing task just before it awaits `audit()`: the hold lasts from there, so an audit a loaded
+    /// machine starts late still finds the vault held.
+    let auditAwaited = Atomic<Bool>(false)
 
     @inline(never)
     func hold() {
         holding.store(true, ordering: .releasing)
-        measured("vault-hold") { _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs) }
+        measured("vault-hold") {
+            awaitFlag(auditAwaited) { _ = AsyncStalls.spinCPU(milliseconds: 1) }
+            _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs)
+        }
     }
 
     @inline(never)
@@ -452,6 +508,7 @@ extension AwaitChains {
     @inline(never)
     static func auditLedger(_ vault: Vault) async -> Int {
         try? await Task.sleep(for: .milliseconds(1))
+        vault.auditAwaited.store(true, ordering: .releasing)
         return await vault.audit() + 1
     }
 
@@ -551,7 +608,7 @@ case "stalls":
     let monitor = makeMonitor()
     monitor.start()
     // The label's layout check runs at start, in a task of its own: a service's first request may come before it.
-    for _ in 0..<400 where cstallmon_task_locals_layout() == 0 { try? await Task.sleep(for: .milliseconds(5)) }
+    await awaitStartupChecks { cstallmon_task_locals_layout() == 0 }
     say("labels \(cstallmon_task_locals_layout())")
     await Task.detached(name: "checkout cart") {
         await StallLabel.withValue("POST /checkout") {
@@ -576,7 +633,7 @@ case "stalls":
     }
     try? await Task.sleep(for: .milliseconds(50))
     let ledger = Ledger()
-    ledger.lock.holdOnAnotherThread(milliseconds: 3 * thresholdMs)
+    await ledger.lock.holdOnAnotherThread(milliseconds: 3 * thresholdMs)
     await ledger.waitForLock()
     try? await Task.sleep(for: .milliseconds(50))
     for _ in 0..<5 {
@@ -595,9 +652,7 @@ case "await-chains":
     let monitor = makeMonitor()
     monitor.start()
     // The layout check runs at start, in a task of its own (at background priority: a loaded machine delays it).
-    for _ in 0..<400 where cstallmon_concurrency_drain_chains() == 0 || cstallmon_task_locals_layout() == 0 {
-        try? await Task.sleep(for: .milliseconds(5))
-    }
+    await awaitStartupChecks { cstallmon_concurrency_drain_chains() == 0 || cstallmon_task_locals_layout() == 0 }
     say("layout \(cstallmon_concurrency_await_chain_layout())")
     say("drain \(cstallmon_concurrency_drain_chains()) \(cstallmon_current_task_layout())")
     _ = await Task.detached { await AwaitChains.handleRequest(.cpu) }.value
@@ -607,7 +662,7 @@ case "await-chains":
         _ = await group.next()
     }
     try? await Task.sleep(for: .milliseconds(50))
-    AwaitChains.lock.holdOnAnotherThread(milliseconds: 3 * thresholdMs)
+    await AwaitChains.lock.holdOnAnotherThread(milliseconds: 3 * thresholdMs)
     _ = await Task.detached { await AwaitChains.handleRequest(.lock) }.value
     try? await Task.sleep(for: .milliseconds(50))
     _ = await Accounts().settle()
@@ -628,9 +683,7 @@ case "checks-refused":
     // a labelled stall in an actor's drain job and one in a task, each under awaiting functions, follow.
     let monitor = makeMonitor()
     monitor.start()
-    for _ in 0..<400 where cstallmon_concurrency_drain_chains() == 0 || cstallmon_task_locals_layout() == 0 {
-        try? await Task.sleep(for: .milliseconds(5))
-    }
+    await awaitStartupChecks { cstallmon_concurrency_drain_chains() == 0 || cstallmon_task_locals_layout() == 0 }
     _ = cstallmon_concurrency_await_check_outer()
     cstallmon_concurrency_set_drain_chains(0)
     cstallmon_current_task_set_verdict(0)
@@ -652,7 +705,7 @@ case "loop-chains":
     // on a loaded machine may take longer than the threshold.
     let monitor = makeMonitor(mainActor: false)
     monitor.start()
-    for _ in 0..<400 where cstallmon_concurrency_drain_chains() == 0 { try? await Task.sleep(for: .milliseconds(5)) }
+    await awaitStartupChecks { cstallmon_concurrency_drain_chains() == 0 }
     say("drain \(cstallmon_concurrency_drain_chains()) \(cstallmon_current_task_layout())")
     let loop = try Looper(name: "chain-loop")
     var configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(thresholdMs)),
@@ -682,7 +735,7 @@ case "labels-full":
     // and the monitor says so (a warning in its log, the stallmon_labels_dropped_total counter).
     let monitor = makeMonitor()
     monitor.start()
-    for _ in 0..<400 where cstallmon_task_locals_layout() == 0 { try? await Task.sleep(for: .milliseconds(5)) }
+    await awaitStartupChecks { cstallmon_task_locals_layout() == 0 }
     let scopes = 4_200
     let gate = ScopeGate()
     await withTaskGroup(of: Void.self) { group in
@@ -702,9 +755,7 @@ case "chain-churn":
     let monitor = makeMonitor()
     monitor.start()
     // The checks at start, so that drain jobs' chains and labels are read from the first round on.
-    for _ in 0..<400 where cstallmon_concurrency_drain_chains() == 0 || cstallmon_task_locals_layout() == 0 {
-        try? await Task.sleep(for: .milliseconds(5))
-    }
+    await awaitStartupChecks { cstallmon_concurrency_drain_chains() == 0 || cstallmon_task_locals_layout() == 0 }
     say("drain \(cstallmon_concurrency_drain_chains()) \(cstallmon_current_task_layout())")
     let stopSnapshots = Atomic<Bool>(false)
     let snapshots = Atomic<Int>(0)
@@ -839,7 +890,7 @@ case "starvation":
     let workers = ProcessInfo.processInfo.activeProcessorCount
     // Each blocker serves a traced request of its own.
     InstrumentationSystem.bootstrap(TraceparentInstrument())
-    for _ in 0..<400 where cstallmon_task_locals_layout() == 0 { try? await Task.sleep(for: .milliseconds(5)) }
+    await awaitStartupChecks { cstallmon_task_locals_layout() == 0 }
     let blockers = (0..<workers).map { index in
         Task.detached(name: "blocker \(index)") {
             var context = ServiceContext.topLevel
@@ -1118,7 +1169,7 @@ case "label-check-first":
     // The task-local layout check run before any monitor exists (the bench does): its reads of the process's own
     // memory must not be refused for want of the seccomp probe's verdict. Prints `layout N` (1 passed, -1 failed).
     StallLabel.checkLayout(logger: Logger(label: "fixture"))
-    for _ in 0..<400 where cstallmon_task_locals_layout() == 0 { usleep(5_000) }
+    awaitStartupChecksBlocking { cstallmon_task_locals_layout() == 0 }
     say("layout \(cstallmon_task_locals_layout())")
 
 case "nio-takeover":
