@@ -27,13 +27,20 @@ struct StallMonitorServiceTests {
             Thread { loop.run() }.start()
         }
 
-        /// Runs `milliseconds` of CPU work on the loop, labelled `label`; returns once that iteration has ended (a
-        /// block posted from a block runs in the loop's next pass).
-        func stall(milliseconds: Int, label: LooperLabel) async {
-            let loop = loop
+        /// Runs `milliseconds` of CPU work on the loop, labelled `label`, and, when `untilDetected`, more until the
+        /// monitor detected the stall (however late a loaded machine runs the watchdog); returns once that iteration
+        /// has ended (a block posted from a block runs in the loop's next pass).
+        func stall(milliseconds: Int, label: LooperLabel, untilDetected: Bool = false) async {
+            let (loop, monitor) = (loop, monitor)
             await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
                 loop.perform(label: label) {
+                    let detected = monitor.statistics.stallsDetected
+                    let deadline = ContinuousClock.now + .seconds(30)
                     _ = stallmonTestBusySpin(milliseconds: milliseconds)
+                    while untilDetected && monitor.statistics.stallsDetected == detected
+                        && ContinuousClock.now < deadline {
+                        _ = stallmonTestBusySpin(milliseconds: 1)
+                    }
                     loop.perform { done.resume() }
                 }
             }
@@ -74,9 +81,11 @@ struct StallMonitorServiceTests {
         var fails = false
 
         func run() async throws {
-            if let servingMilliseconds { await watched.stall(milliseconds: servingMilliseconds, label: "serving") }
+            if let servingMilliseconds {
+                await watched.stall(milliseconds: servingMilliseconds, label: "serving", untilDetected: true)
+            }
             try? await gracefulShutdown()
-            await watched.stall(milliseconds: drainMilliseconds, label: "drain")
+            await watched.stall(milliseconds: drainMilliseconds, label: "drain", untilDetected: true)
             if fails { throw DrainFailed() }
         }
     }

@@ -1,5 +1,6 @@
 import CStallmonCapture
 import CStallmonLoopShims
+import Glibc
 import Logging
 import Metrics
 import StallmonLoop
@@ -75,16 +76,20 @@ final class LoopThreadSource: ProbeSource {
         loopThread = cstallmon_slot_thread(bound.slot)
         let reading = probe.read()
         if let wake = tracker.idleWake(reading, now: now) { return ProbePass(wakeAt: wake) }
+        let tracked = tracker.step(reading, now: now, target: target(), freezes: freezes)
+        return ProbePass(wakeAt: tracked.wakeAt, waitedOnItsOwnWork: tracked.waitedOnItsOwnWork)
+    }
+
+    /// What the tracker reads of the loop thread besides its probe.
+    private func target() -> StallTracker.Target {
         let probe = probe
-        let target = StallTracker.Target(
+        return StallTracker.Target(
             tid: boundThread,
             capture: capturer.map { capturer in
                 { [loopThread] in Self.capture(with: capturer, labelID: $0, probe: probe, loopThread: loopThread) }
             },
             longIterationRecord: { probe.longIterationRecord($0) }, currentLabel: currentLabel,
             currentMode: currentMode, describe: { [sections] in $0.sections += sections })
-        let tracked = tracker.step(reading, now: now, target: target, freezes: freezes)
-        return ProbePass(wakeAt: tracked.wakeAt, waitedOnItsOwnWork: tracked.waitedOnItsOwnWork)
     }
 
     /// One sample, with the await chain of the task the loop ran (async code its executor runs), kept only if the
@@ -113,8 +118,23 @@ final class LoopThreadSource: ProbeSource {
         }
     }
 
-    /// Stopped mid-stall: the evidence is left as an ongoing report.
+    /// Stopping: a stall whose iteration has ended, or ends within a short grace (stop() often comes right after
+    /// the work that stalled, before the watchdog's next pass saw it end), is finished as usual, with its exact end;
+    /// one still going on after it is left as an ongoing report.
     func stop(freezes: FreezeTracker) {
+        let threshold = UInt64(configuration.detection.threshold.nanosecondsClamped)
+        let grace = cstallmon_monotonic_ns() + min(UInt64(50_000_000), threshold)
+        while tracker.isStalled {
+            let now = cstallmon_monotonic_ns()
+            let reading = probe.read()
+            if case .busy(let iteration, _) = reading, tracker.isTracking(iteration: iteration) {
+                if now >= grace { break }
+                usleep(1000)
+                continue
+            }
+            _ = tracker.step(reading, now: now, target: target(), freezes: freezes)
+            break
+        }
         tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: boundThread, freezes: freezes)
     }
 

@@ -289,4 +289,45 @@ struct StallMonitorBehaviourTests {
         #expect(reports.count == 1)
         #expect(reports.first?.ongoing == true)
     }
+
+    /// stop() right after a stall ended, before the watchdog's next pass saw it end (here 490 ms away): the stall is
+    /// finished with its exact end, not cut short as ongoing. (A service stopping after the work that stalled.)
+    @Test func stoppingRightAfterAStallEndedFinishesItWithItsExactEnd() throws {
+        let directory = makeTemporaryDirectory()
+        let loop = try Looper(name: "stopped-after")
+        let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
+            detection: .init(threshold: .milliseconds(500), sampleInterval: .milliseconds(490)),
+            reports: .init(directory: directory)))
+        monitor.start()
+        let spun = Mutex<Duration>(.zero)
+        let stalled = DispatchSemaphore(value: 0)
+        // From another thread, as soon as the iteration ended: the loop is idle by then.
+        let stopper = Thread {
+            stalled.wait()
+            monitor.stop()
+            loop.stop()
+        }
+        stopper.start()
+        loop.perform(label: "stalled") {
+            // Until the watchdog has begun the stall (however late a loaded machine runs it), then 50 ms more.
+            let start = ContinuousClock.now
+            let deadline = start + .seconds(30)
+            while monitor.statistics.stallsDetected == 0 && ContinuousClock.now < deadline {
+                _ = stallmonTestBusySpin(milliseconds: 1)
+            }
+            _ = stallmonTestBusySpin(milliseconds: 50)
+            spun.withLock { $0 = ContinuousClock.now - start }
+            loop.schedule(after: .milliseconds(1), label: "ended") { stalled.signal() }  // a later pass: it ended
+        }
+        loop.run(for: .seconds(60))
+        let reports = readReports(directory)
+        try #require(reports.count == 1)
+        let report = try #require(reports.first)
+        #expect(!report.ongoing)
+        #expect(report.label == "stalled")
+        #expect(report.durationSource == "loop")
+        // The iteration encloses the spin.
+        let spunMs = spun.withLock { $0 }.milliseconds
+        #expect(report.durationMs >= spunMs && report.durationMs < spunMs + 100, "\(report.durationMs) vs \(spunMs)")
+    }
 }
