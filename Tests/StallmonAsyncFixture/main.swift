@@ -272,10 +272,14 @@ final class LoaderHazard: @unchecked Sendable {
         pthread_mutex_init(mutex, nil)
     }
 
+    /// Spins `milliseconds` holding the lock, and on until `sampled()` (a stack of this stall was captured): the
+    /// application's unwinder can keep the handler waiting for libunwind's cache mutex for a while on a loaded
+    /// machine; only a handler that never returns keeps the stall going for good (the scenario's timeout).
     @inline(never)
-    func holdTheLockAndSpin(milliseconds: Int) {
+    func holdTheLockAndSpin(milliseconds: Int, until sampled: () -> Bool) {
         pthread_mutex_lock(mutex)
         _ = AsyncStalls.spinCPU(milliseconds: milliseconds)
+        while !sampled() { _ = AsyncStalls.spinCPU(milliseconds: 1) }
         pthread_mutex_unlock(mutex)
     }
 
@@ -1011,7 +1015,7 @@ case "unwinder-loader":
     configuration.detection.sampleInterval = .milliseconds(max(1, thresholdMs / 10))
     let loopMonitor = try LooperStallMonitor(loop: loop, configuration: configuration)
     loopMonitor.start()
-    Thread.detachNewThread { loop.run(for: .seconds(30)) }
+    Thread.detachNewThread { loop.run() }
     let held = LoaderHazard()
     held.startTheLoaderWaiter()
     held.startTheApplicationUnwinder()
@@ -1020,10 +1024,18 @@ case "unwinder-loader":
         // One stall at a time, with idle time between them: each is a stall of its own.
         let ended = DispatchSemaphore(value: 0)
         loop.perform(label: "unwinder.stall") {
-            measured("unwinder\(round)") { held.holdTheLockAndSpin(milliseconds: 3 * thresholdMs) }
+            let captured = loopMonitor.statistics.samplesCaptured
+            measured("unwinder\(round)") {
+                held.holdTheLockAndSpin(milliseconds: 3 * thresholdMs) {
+                    loopMonitor.statistics.samplesCaptured > captured
+                }
+            }
             ended.signal()
         }
-        ended.wait()
+        if ended.wait(timeout: .now() + 30) == .timedOut {
+            say("error: stall \(round) never ended (a handler waiting for good?)")
+            exit(5)
+        }
         usleep(UInt32(2 * thresholdMs * 1000))
     }
     held.stop()

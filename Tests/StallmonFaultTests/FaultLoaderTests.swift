@@ -151,8 +151,10 @@ extension FaultTests {
             let done = printed.split(separator: "\n").first { $0.hasPrefix("done ") } ?? ""
             #expect(!done.isEmpty, "\(printed)")
             print("Fault application unwinder beside the loader hazard: \(done)")
-            let found = readReports(reports)
+            // The scenario's own stalls: on a loaded machine another iteration may wait past the threshold for a CPU.
+            let found = readReports(reports).filter { $0.label == "unwinder.stall" }
             #expect(found.count == 4, "one report per stall: \(found.map { $0.topFrame?.symbol ?? "-" })")
+            #expect(found.allSatisfy { $0.captures.succeeded >= 1 }, "\(found.map(\.captures))")
             let symbolized = found.filter { report in
                 report.frames.contains { $0.symbol?.contains("holdTheLockAndSpin") == true }
             }
