@@ -208,7 +208,10 @@ static void record_word(capture_slot *slot) {
 // local unwinder, whose unw_init_local2/unw_step/unw_get_reg are documented signal-safe. With the register-state
 // cache on (see cstallmon_install) they take libunwind's cache mutex, with all signals blocked, so no holder of it
 // can be interrupted by us; the handler never unwinds a thread holding the loader's list lock, which that mutex's
-// holder may wait for.
+// holder may wait for. That wait cannot deadlock but is not ours to bound: each hold is one frame's lookup by a
+// thread of the application unwinding itself, and on a loaded machine a handler queued behind a busy one can outlast
+// the capture timeout. The watchdog then counts a timeout and never signals the thread again until the handler
+// returned (slots.c).
 static void unwind_into(capture_slot *slot, void *ucontext) {
     unw_cursor_t *const cursor = &slot->cursor;
     slot->frame_count = 0;
