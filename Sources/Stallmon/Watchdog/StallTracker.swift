@@ -208,7 +208,9 @@ final class StallTracker {
     /// A stall of `iteration` (begun at `since`) was detected: its first sample, its begin report, the hang
     /// registry told. Returns whether a sample was taken (the pass then waited on its handler).
     private func beginStall(iteration: UInt64, since: UInt64, now: UInt64, target: Target) -> Bool {
-        client.counters.stallsDetected.wrappingAdd(1, ordering: .relaxed)
+        // Counted once its label and first sample were read: a thread that waits for the count to see its stall
+        // detected (a test, a drain) cannot end the iteration before they are.
+        defer { client.counters.stallsDetected.wrappingAdd(1, ordering: .relaxed) }
         stallCounter.increment()
         let wallNow = cstallmon_realtime_ns()
         var snapshot = StallEvidence(
