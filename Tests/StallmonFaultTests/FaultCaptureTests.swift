@@ -342,8 +342,10 @@ extension FaultTests {
                 } else {
                     // The thread exits while the capture is still waiting for its handler.
                     let waiting = Duration.milliseconds(80)
+                    // Released once the capture's signal is pending for it (not after a fixed time: a test thread
+                    // preempted that long would signal a thread already gone).
                     let releaser = Thread { [doomed] in
-                        usleep(15_000)
+                        _ = eventually(timeout: .seconds(10)) { faultSignalPending(signalNumber, tid: tid) }
                         doomed.release.signal()
                     }
                     releaser.start()

@@ -41,12 +41,14 @@ final class FaultDiskHarness {
     var statistics: StallMonitorStatistics { monitor.statistics }
     var tickCount: Int { ticks.value }
 
-    /// Injects `count` 100 ms stalls (each its own loop pass) and waits, bounded, until the writer has dealt with
-    /// every one of them (report written or dropped). False on timeout.
+    /// Injects `count` stalls of 100 ms, each until detected (each its own loop pass), and waits, bounded, until the
+    /// writer has dealt with every one of them (report written or dropped). False on timeout.
     func stall(_ count: Int) -> Bool {
         let before = statistics
-        postChainedSpins(loop, count: count, milliseconds: 100, label: "fault.disk.spin")
-        return eventually(timeout: .seconds(10)) {
+        let monitor = monitor
+        postChainedSpins(loop, count: count, milliseconds: 100, label: "fault.disk.spin",
+                         detected: { monitor.statistics.stallsDetected })
+        return eventually(timeout: .seconds(40)) {
             let now = self.statistics
             return now.stallsDetected >= before.stallsDetected + count
                 && now.reportsWritten + now.reportsDropped >= before.reportsWritten + before.reportsDropped + count

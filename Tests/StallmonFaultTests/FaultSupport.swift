@@ -58,6 +58,15 @@ func faultThreadExists(_ tid: Int32) -> Bool {
     access("/proc/self/task/\(tid)", F_OK) == 0
 }
 
+/// Whether `signal` is pending for thread `tid` of this process (its `SigPnd` mask in /proc): sent, not yet handled.
+func faultSignalPending(_ signal: Int32, tid: Int32) -> Bool {
+    guard let status = try? String(contentsOfFile: "/proc/self/task/\(tid)/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("SigPnd:") }),
+          let mask = UInt64(line.dropFirst("SigPnd:".count).trimmingCharacters(in: .whitespaces), radix: 16)
+    else { return false }
+    return signal >= 1 && signal <= 64 && mask & (1 << UInt64(signal - 1)) != 0
+}
+
 // MARK: - Threads that do hostile things
 
 /// A thread that runs `iteration` in a loop until asked to stop, counting iterations as its progress. It unblocks

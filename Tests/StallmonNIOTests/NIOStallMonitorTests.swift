@@ -303,14 +303,22 @@ struct NIOStallMonitorTests {
         defer { try? group.syncShutdownGracefully() }
         let monitor = try NIOStallMonitor(group: group, configuration: configuration(directory))
         monitor.start()
-        let stall = group.next().submit { _ = stallInExecutedTask(milliseconds: 1_500) }
+        // The stall lasts until the monitor was stopped (30 s at most), however slowly a loaded machine writes.
+        let stopped = Atomic<Bool>(false)
+        let stall = group.next().submit {
+            let deadline = ContinuousClock.now + .seconds(30)
+            while !stopped.load(ordering: .acquiring) && ContinuousClock.now < deadline {
+                _ = stallInExecutedTask(milliseconds: 1)
+            }
+        }
         // Stopped once the stall was detected (its stall.begin logged), not after a fixed time a loaded machine may
         // spend before the task even runs.
-        let began = eventually(timeout: .seconds(10)) {
+        let began = eventually(timeout: .seconds(30)) {
             ((try? String(contentsOfFile: directory + "/events.jsonl", encoding: .utf8)) ?? "").contains("stall.begin")
         }
         #expect(began, "the stall was detected")
         monitor.stop()
+        stopped.store(true, ordering: .releasing)
         let reports = readReports(directory)
         #expect(reports.count == 1)
         #expect(reports.first?.ongoing == true)

@@ -74,12 +74,31 @@ public func eventually(timeout: Duration = .seconds(5), _ condition: () -> Bool)
 
 /// Runs `count` busy spins of `milliseconds` each on `loop`, one per loop pass: each block posts the next, so the
 /// loop returns to epoll between them. (Blocks queued together run in one pass, which is one long iteration.)
-public func postChainedSpins(_ loop: Looper, count: Int, milliseconds: Int, label: LooperLabel = "chained") {
-    guard count > 0 else { return }
-    loop.perform(label: label) {
-        _ = stallmonTestBusySpin(milliseconds: milliseconds)
-        postChainedSpins(loop, count: count - 1, milliseconds: milliseconds, label: label)
+///
+/// With `detected` (a monitor's `statistics.stallsDetected`), each spin goes on until the count moved: a watchdog a
+/// loaded machine runs late still sees every stall (a fixed spin just past the threshold gives it a window of a few
+/// tens of milliseconds). Past 30 s it stops waiting, and the test's own checks say what is missing. `then` runs
+/// on the loop, in the pass after the last spin (say, `loop.stop()`).
+public func postChainedSpins(_ loop: Looper, count: Int, milliseconds: Int, label: LooperLabel = "chained",
+                             detected: (@Sendable () -> Int)? = nil, then: (@Sendable () -> Void)? = nil) {
+    guard count > 0 else {
+        if let then { loop.perform(then) }
+        return
     }
+    loop.perform(label: label) {
+        spinUntilDetected(milliseconds: milliseconds, detected: detected)
+        postChainedSpins(loop, count: count - 1, milliseconds: milliseconds, label: label, detected: detected,
+                         then: then)
+    }
+}
+
+/// Spins `milliseconds`, then, with `detected`, on until it moved from its value before the spin (30 s at most).
+public func spinUntilDetected(milliseconds: Int, detected: (@Sendable () -> Int)?) {
+    let before = detected?()
+    let deadline = ContinuousClock.now + .seconds(30)
+    _ = stallmonTestBusySpin(milliseconds: milliseconds)
+    guard let detected, let before else { return }
+    while detected() == before && ContinuousClock.now < deadline { _ = stallmonTestBusySpin(milliseconds: 1) }
 }
 
 /// Code that stalled a loop, timed by itself on CLOCK_MONOTONIC (`MonotonicInstant`, `cstallmon_monotonic_ns`).

@@ -152,9 +152,9 @@ struct StallAnalysisTests {
         let loop = try Looper(name: "limited")
         let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
         monitor.start()
-        // Three times the threshold: each stall is seen even by a watchdog woken 100 ms late (a loaded machine).
-        postChainedSpins(loop, count: 5, milliseconds: 150)
-        loop.run(for: .milliseconds(1500))
+        // Each spin lasts until it was seen, however late a loaded machine runs the watchdog.
+        postChainedSpins(loop, count: 5, milliseconds: 150, detected: { monitor.statistics.stallsDetected }, then: { loop.stop() })
+        loop.run(for: .seconds(60))
         monitor.stop()
         #expect(monitor.statistics.stallsDetected == 5)
         #expect(readReports(directory).count == 2)
@@ -178,8 +178,8 @@ struct StallAnalysisTests {
         let loop = try Looper(name: "limited-long")
         let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
         monitor.start()
-        postChainedSpins(loop, count: 5, milliseconds: 220)
-        loop.run(for: .milliseconds(1800))
+        postChainedSpins(loop, count: 5, milliseconds: 220, detected: { monitor.statistics.stallsDetected }, then: { loop.stop() })
+        loop.run(for: .seconds(60))
         monitor.stop()
         #expect(monitor.statistics.stallsDetected == 5)
         let reports = readReports(directory)

@@ -437,8 +437,8 @@ struct UploaderTests {
         let monitor = try LooperStallMonitor(loop: loop, configuration: configuration,
                                              logger: Logger(label: "test") { _ in logs }, sinks: [sink])
         monitor.start()
-        postChainedSpins(loop, count: 1, milliseconds: 120)
-        loop.run(for: .milliseconds(500))
+        postChainedSpins(loop, count: 1, milliseconds: 120, detected: { monitor.statistics.stallsDetected }, then: { loop.stop() })
+        loop.run(for: .seconds(60))
         // Waited for, not timed: the writer (symbolication, fsyncs) may be far behind on a loaded machine, and the
         // test once read the directory before the final report was there (0 published, under the whole suite).
         let refused = eventually(timeout: .seconds(15)) {

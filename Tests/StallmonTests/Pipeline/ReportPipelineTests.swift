@@ -89,8 +89,8 @@ struct ReportPipelineTests {
         let monitor = try LooperStallMonitor(loop: loop, configuration: .init(
             detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)))
         monitor.start()
-        loop.perform { _ = stallmonTestBusySpin(milliseconds: 120) }
-        loop.run(for: .milliseconds(300))
+        postChainedSpins(loop, count: 1, milliseconds: 120, detected: { monitor.statistics.stallsDetected }, then: { loop.stop() })
+        loop.run(for: .seconds(60))
         monitor.stop()
         #expect(readReports(directory).count == 1)
     }

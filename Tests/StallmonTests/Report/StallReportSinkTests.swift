@@ -49,8 +49,8 @@ struct StallReportSinkTests {
             detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)),
                                              sinks: [sink])
         monitor.start()
-        loop.perform(label: "spin") { _ = stallmonTestBusySpin(milliseconds: 120) }
-        loop.run(for: .milliseconds(500))
+        postChainedSpins(loop, count: 1, milliseconds: 120, label: "spin", detected: { monitor.statistics.stallsDetected }, then: { loop.stop() })
+        loop.run(for: .seconds(60))
         monitor.stop()
         #expect(sink.started.load(ordering: .relaxed) == 1 && sink.stopped.load(ordering: .relaxed) == 1)
         let seen = sink.seen.withLock { $0 }
@@ -73,8 +73,8 @@ struct StallReportSinkTests {
             detection: .init(threshold: .milliseconds(50)), reports: .init(directory: directory)),
                                              logger: Logger(label: "test") { _ in logs }, sinks: [sink])
         monitor.start()
-        postChainedSpins(loop, count: 3, milliseconds: 80)
-        loop.run(for: .milliseconds(900))
+        postChainedSpins(loop, count: 3, milliseconds: 80, detected: { monitor.statistics.stallsDetected }, then: { loop.stop() })
+        loop.run(for: .seconds(60))
         monitor.stop()
         // The three spins' reports (the label tells them from a stall a loaded machine may add, its start-up's say).
         let spins = readReports(directory).filter { $0.label == "chained" }
