@@ -130,7 +130,9 @@ struct DemoEndToEndTests {
                 #expect(!run.reports(topIn: name).isEmpty,
                         "a report topped by \(function); tops: \(run.reports.values.compactMap(\.topFrame?.symbol))")
             }
-            #expect(run.reports.count == 6, "six stalls in 8.5 s: \(run.reports.count)")
+            // Six injected stalls, and any short iteration a loaded machine kept waiting for a CPU past the threshold.
+            let injected = run.reports.values.filter { !$0.isNearMissPushedOverByWaitingForACPU }
+            #expect(injected.count == 6, "six stalls in 8.5 s: \(run.reports.values.map { ($0.label, $0.durationMs) })")
             // The async one is the global executor's, on a worker, not the loop's.
             let task = run.reports(topIn: "renderReportInTask").first?.report
             #expect(task?.loop == "swift-global-executor" && task?.job?.executor == "global",

@@ -144,6 +144,9 @@ enum DemoStalls {
 final class ContendedLock: @unchecked Sendable {
     // @unchecked: the pthread mutex is the synchronization.
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    /// Set by the waiter just before it locks: the hold is timed from there, so a loop thread a loaded machine runs
+    /// late still waits the whole stall.
+    private let waiterArrived = Atomic<Bool>(false)
 
     init() {
         pthread_mutex_init(mutex, nil)
@@ -154,9 +157,13 @@ final class ContendedLock: @unchecked Sendable {
         mutex.deallocate()
     }
 
+    /// Holds the lock until a waiter arrived (10 s at most), then `milliseconds` more.
     func holdFor(milliseconds: Int, signalWhenHeld: DispatchSemaphore) {
+        waiterArrived.store(false, ordering: .relaxed)
         pthread_mutex_lock(mutex)
         signalWhenHeld.signal()
+        let deadline = MonotonicInstant.now().advanced(by: .seconds(10))
+        while !waiterArrived.load(ordering: .acquiring) && MonotonicInstant.now() < deadline { usleep(1_000) }
         Self.flushLedger(milliseconds: milliseconds)
         pthread_mutex_unlock(mutex)
     }
@@ -191,6 +198,7 @@ final class ContendedLock: @unchecked Sendable {
     }
 
     func acquireAndRelease() {
+        waiterArrived.store(true, ordering: .releasing)
         pthread_mutex_lock(mutex)
         pthread_mutex_unlock(mutex)
     }
