@@ -20,7 +20,15 @@ struct StallMonitorTests {
         monitor.start()
         let spin = Mutex<MeasuredStall?>(nil)
         loop.schedule(after: .milliseconds(50), label: "spin-timer") {
-            let measured = MeasuredStall.timing { _ = stallmonTestBusySpin(milliseconds: 300) }
+            // 300 ms, and on until ten samples were taken (30 s at most), however late a loaded machine runs the
+            // watchdog.
+            let measured = MeasuredStall.timing {
+                _ = stallmonTestBusySpin(milliseconds: 300)
+                let deadline = ContinuousClock.now + .seconds(30)
+                while monitor.statistics.samplesCaptured < 10 && ContinuousClock.now < deadline {
+                    _ = stallmonTestBusySpin(milliseconds: 1)
+                }
+            }
             spin.withLock { $0 = measured }
         }
         loop.run(for: .milliseconds(800))

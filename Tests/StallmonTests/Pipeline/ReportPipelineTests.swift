@@ -33,15 +33,21 @@ struct ReportPipelineTests {
         let pipeline = try #require(ReportPipeline.existing(for: directory))
         let rssBefore = residentBytes()
         let threadIDs = Mutex<[String: Int32]>([:])
-        for loop in loops {
+        for (loop, monitor) in zip(loops, monitors) {
             loop.perform(label: "stall") {
                 threadIDs.withLock { $0[loop.name] = cstallmon_gettid() }
+                // 200 ms, and on until detected: one watchdog looks at sixteen loops, however late a loaded
+                // machine runs it.
                 stallmonTestSleep(milliseconds: 200)
+                let deadline = ContinuousClock.now + .seconds(30)
+                while monitor.statistics.stallsDetected == 0 && ContinuousClock.now < deadline {
+                    stallmonTestSleep(milliseconds: 10)
+                }
             }
         }
         let threads = loops.map { runOnThread($0, for: .milliseconds(700)) }
-        #expect(eventually(timeout: .seconds(10)) { threadIDs.withLock { $0.count } == 16 })
-        #expect(eventually(timeout: .seconds(10)) { loops.allSatisfy { !$0.isRunning } })
+        #expect(eventually(timeout: .seconds(40)) { threadIDs.withLock { $0.count } == 16 })
+        #expect(eventually(timeout: .seconds(40)) { loops.allSatisfy { !$0.isRunning } })
         _ = threads
         #expect(ReportPipeline.existing(for: directory) === pipeline)
         #expect(pipeline.writer.symbolicatorsCreated.load(ordering: .relaxed) == 1)

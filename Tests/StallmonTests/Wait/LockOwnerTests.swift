@@ -72,9 +72,17 @@ func stallmonTestFlushLedger(milliseconds: Int) -> UInt64 {
     return accumulator
 }
 
-/// A thread named `name` that holds a lock for `milliseconds`: `hold` takes the lock, runs its argument, releases.
+/// A thread named `name` that holds a lock until the waiter arrived and `milliseconds` more: `hold` takes the lock,
+/// runs its argument, releases. Timed from the waiter's arrival (`waiterArrives()`), not from taking the lock: a loop
+/// a loaded machine starts late still waits the whole hold.
 private final class LockHolder: Sendable {
     let tid = Atomic<Int32>(0)
+    private let arrived = Atomic<Bool>(false)
+
+    /// Called by the waiter just before it takes the lock.
+    func waiterArrives() {
+        arrived.store(true, ordering: .releasing)
+    }
 
     /// `busy`: the holder computes while it holds the lock (it runs, so its stack is sampled); otherwise it sleeps.
     init(name: String, milliseconds: Int, busy: Bool = false,
@@ -92,6 +100,8 @@ private final class LockHolder: Sendable {
             tid.store(cstallmon_gettid(), ordering: .releasing)
             hold {
                 holding.signal()
+                let deadline = MonotonicInstant.now().advanced(by: .seconds(30))
+                while !arrived.load(ordering: .acquiring) && MonotonicInstant.now() < deadline { usleep(1_000) }
                 if busy {
                     _ = stallmonTestFlushLedger(milliseconds: milliseconds)
                 } else {
@@ -131,6 +141,7 @@ struct LockOwnerMonitorTests {
             pthread_mutex_unlock(UnsafeMutablePointer(bitPattern: address)!)
         }
         let report = try runStall("mutex-wait", directory) {
+            holder.waiterArrives()
             pthread_mutex_lock(UnsafeMutablePointer(bitPattern: address)!)
             pthread_mutex_unlock(UnsafeMutablePointer(bitPattern: address)!)
         }
@@ -167,6 +178,7 @@ struct LockOwnerMonitorTests {
             pthread_mutex_unlock(UnsafeMutablePointer(bitPattern: address)!)
         }
         let report = try runStall("busy-holder", directory) {
+            holder.waiterArrives()
             pthread_mutex_lock(UnsafeMutablePointer(bitPattern: address)!)
             pthread_mutex_unlock(UnsafeMutablePointer(bitPattern: address)!)
         }
@@ -190,7 +202,10 @@ struct LockOwnerMonitorTests {
         let holder = LockHolder(name: "ledger-flush", milliseconds: 300) { whileHeld in
             shared.mutex.withLock { _ in whileHeld() }
         }
-        let report = try runStall("swift-mutex-wait", directory) { shared.mutex.withLock { $0 += 1 } }
+        let report = try runStall("swift-mutex-wait", directory) {
+            holder.waiterArrives()
+            shared.mutex.withLock { $0 += 1 }
+        }
         let wait = try #require(report.waitingOn?.first, "\(String(describing: report.waitingOn))")
         #expect(wait.holderThread == holder.tid.load(ordering: .acquiring))
         #expect(wait.holderName == "ledger-flush")

@@ -32,9 +32,11 @@ struct WatchdogTests {
     @Test func aLogHandlerThatStopsTheMonitorOnTheWatchdogThreadReturns() async throws {
         let monitorBox = Mutex<LooperStallMonitor?>(nil)
         let stopped = DispatchSemaphore(value: 0)
+        let warned = Atomic<Bool>(false)
         let logger = Logger(label: "stallmon.test") { _ in
             CallbackLogHandler { message in
                 guard message.contains("blocks the sampling signal") else { return }
+                warned.store(true, ordering: .releasing)
                 monitorBox.withLock { $0 }?.stop()
                 stopped.signal()
             }
@@ -54,8 +56,10 @@ struct WatchdogTests {
             sigemptyset(&blocked)
             sigaddset(&blocked, signal)
             pthread_sigmask(SIG_BLOCK, &blocked, nil)
+            // 0.4 s, and on until the warning came (20 s at most), however late a loaded machine runs the watchdog.
             let end = Date().addingTimeInterval(0.4)
-            while Date() < end {}
+            let deadline = Date().addingTimeInterval(20)
+            while Date() < end || (!warned.load(ordering: .acquiring) && Date() < deadline) {}
         }
         let returned = try await offThePool { stopped.wait(timeout: .now() + 20) == .success }
         loop.stop()
