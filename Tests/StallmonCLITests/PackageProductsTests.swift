@@ -132,18 +132,31 @@ struct PackageProductsTests {
                 return value
             }
 
+            /// Until `condition` holds, 30 s at most: a loaded machine runs the watchdog and the writer late.
+            func waitUntil(_ condition: () -> Bool) {
+                let end = MonotonicInstant.now().advanced(by: .seconds(30))
+                while !condition() && MonotonicInstant.now() < end { _ = coreOnlySpin(milliseconds: 1) }
+            }
+
             let loop = try Looper(name: "core-only")
             let configuration = StallMonitorConfiguration(detection: .init(threshold: .milliseconds(50)),
                                                           reports: .init(directory: CommandLine.arguments[1]))
             let monitor = try LooperStallMonitor(loop: loop, configuration: configuration)
             monitor.start()
-            loop.perform(label: "spin") { _ = coreOnlySpin(milliseconds: 150) }
+            loop.perform(label: "spin") {
+                _ = coreOnlySpin(milliseconds: 150)
+                waitUntil { monitor.statistics.stallsDetected >= 1 }
+            }
             loop.run(for: .milliseconds(700))
+            waitUntil { monitor.statistics.reportsWritten >= 1 }
             print("reports written: \\(monitor.statistics.reportsWritten)")
             // Someone replaces the sampling signal's handler with SIG_DFL (for a real-time signal: terminate the
             // process). The next stall must be timed and reported, and the signal never sent.
             _ = signal(try configuration.detection.signal.resolve(), SIG_DFL)
-            loop.perform(label: "spin-after-replacement") { _ = coreOnlySpin(milliseconds: 150) }
+            loop.perform(label: "spin-after-replacement") {
+                _ = coreOnlySpin(milliseconds: 150)
+                waitUntil { monitor.statistics.stallsDetected >= 2 }
+            }
             loop.run(for: .milliseconds(700))
             monitor.stop()
             print("after replacement: \\(monitor.statistics.reportsWritten) reports, alive")

@@ -65,9 +65,10 @@ func pause(_ duration: Duration) {
     }
 }
 
-/// Polls `condition` every millisecond until it holds or `timeout` passes; returns whether it held.
+/// Polls `condition` every millisecond until it holds or `timeout` passes; returns whether it held. The defaults of
+/// these waits are generous (30 s): they bound a hang, and a loaded machine must never fail a test that passes.
 @discardableResult
-func waitUntil(timeout: Duration = .seconds(2), _ condition: () -> Bool) -> Bool {
+func waitUntil(timeout: Duration = .seconds(30), _ condition: () -> Bool) -> Bool {
     let deadline = MonotonicInstant.now().advanced(by: timeout)
     while true {
         if condition() { return true }
@@ -126,7 +127,7 @@ final class TestThread: Sendable {
     /// Waits up to `timeout` for the thread to finish and joins it. Returns false (and detaches the thread, so the
     /// test process does not hang) when it did not finish in time.
     @discardableResult
-    func join(timeout: Duration = .seconds(2)) -> Bool {
+    func join(timeout: Duration = .seconds(30)) -> Bool {
         let done = waitUntil(timeout: timeout) { isFinished }
         guard let thread = handle.withLock({ value -> pthread_t? in
             let thread = value
@@ -162,7 +163,7 @@ final class BackgroundLoop: Sendable {
 
     /// Posts an empty block and waits until it ran: every change posted before this call has taken effect.
     @discardableResult
-    func sync(timeout: Duration = .seconds(2), sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
+    func sync(timeout: Duration = .seconds(30), sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
         let ran = Flag()
         loop.perform { ran.set() }
         let ok = waitUntil(timeout: timeout) { ran.isSet }
@@ -172,7 +173,7 @@ final class BackgroundLoop: Sendable {
 
     /// Stops the loop and joins its thread; records a failure when `run()` did not return in time.
     @discardableResult
-    func stop(timeout: Duration = .seconds(2), sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
+    func stop(timeout: Duration = .seconds(30), sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
         loop.stop()
         let stopped = thread.join(timeout: timeout)
         #expect(stopped, "run() did not return after stop()", sourceLocation: sourceLocation)
@@ -185,7 +186,7 @@ final class BackgroundLoop: Sendable {
 /// Runs `body(loop)` where `loop.run(...)` is expected to return by itself, on a helper thread, so that a loop
 /// which never returns fails the test instead of hanging it. Returns whether `body` returned within `timeout`.
 @discardableResult
-func runBounded(_ loop: Looper, timeout: Duration = .seconds(2.5), sourceLocation: SourceLocation = #_sourceLocation,
+func runBounded(_ loop: Looper, timeout: Duration = .seconds(30), sourceLocation: SourceLocation = #_sourceLocation,
                 _ body: @escaping @Sendable (Looper) -> Void) -> Bool {
     let thread = TestThread { body(loop) }
     if thread.join(timeout: timeout) { return true }

@@ -50,11 +50,21 @@ struct NIOStallMonitorTests {
             #expect(httpGet(port: port, path: "/sleep?ms=200").contains("200"))
             // Named before its body runs (pthread_setname_np in the new thread): a Foundation Thread that renames
             // itself was once seen still under its creator's name ("oot.default-qos") while it held the lock.
+            // Held before the request is sent, until it arrived and 250 ms more: a request or a holder a loaded
+            // machine runs late still makes the whole wait.
+            let held = DispatchSemaphore(value: 0)
             let holder = PosixThread.start(name: "nio-lock-holder") {
-                server.heldLock.withLockedValue { _ in _ = usleep(250_000) }
+                server.heldLock.withLockedValue { _ in
+                    held.signal()
+                    let deadline = ContinuousClock.now + .seconds(30)
+                    while !server.lockRequested.withLockedValue({ $0 }) && ContinuousClock.now < deadline {
+                        _ = usleep(1_000)
+                    }
+                    _ = usleep(250_000)
+                }
             }
             defer { holder?.join() }
-            usleep(20_000)
+            if holder != nil { held.wait() }
             #expect(httpGet(port: port, path: "/lock").contains("200"))
             for _ in 0..<5 { #expect(httpGet(port: port, path: "/spin?ms=\(Self.nearMiss)").contains("200")) }
         }

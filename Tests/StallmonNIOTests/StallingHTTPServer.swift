@@ -14,17 +14,21 @@ final class StallingHTTPServer: Sendable {
     let channel: any Channel
     let measured = NIOLockedValueBox<[(path: String, stall: MeasuredStall, thread: String)]>([])
     let heldLock = NIOLockedValueBox(0)
+    /// Set by `/lock`'s handler just before it takes `heldLock`: a holder can time its hold from there.
+    let lockRequested = NIOLockedValueBox(false)
 
     var port: Int { channel.localAddress!.port! }
 
     init(group: any EventLoopGroup) throws {
         let measured = measured
         let heldLock = heldLock
+        let lockRequested = lockRequested
         channel = try ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.pipeline.configureHTTPServerPipeline().flatMap {
-                    channel.pipeline.addHandler(StallingHandler(measured: measured, heldLock: heldLock))
+                    channel.pipeline.addHandler(StallingHandler(measured: measured, heldLock: heldLock,
+                                                                  lockRequested: lockRequested))
                 }
             }
             .bind(host: "127.0.0.1", port: 0).wait()
@@ -41,10 +45,13 @@ final class StallingHandler: ChannelInboundHandler, @unchecked Sendable {
 
     let measured: NIOLockedValueBox<[(path: String, stall: MeasuredStall, thread: String)]>
     let heldLock: NIOLockedValueBox<Int>
+    let lockRequested: NIOLockedValueBox<Bool>
 
-    init(measured: NIOLockedValueBox<[(path: String, stall: MeasuredStall, thread: String)]>, heldLock: NIOLockedValueBox<Int>) {
+    init(measured: NIOLockedValueBox<[(path: String, stall: MeasuredStall, thread: String)]>, heldLock: NIOLockedValueBox<Int>,
+         lockRequested: NIOLockedValueBox<Bool>) {
         self.measured = measured
         self.heldLock = heldLock
+        self.lockRequested = lockRequested
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -88,6 +95,7 @@ final class StallingHandler: ChannelInboundHandler, @unchecked Sendable {
 
     @inline(never)
     func waitForLockInChannelRead() {
+        lockRequested.withLockedValue { $0 = true }
         heldLock.withLockedValue { $0 += 1 }
     }
 }

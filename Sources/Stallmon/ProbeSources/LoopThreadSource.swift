@@ -89,6 +89,12 @@ final class LoopThreadSource: ProbeSource {
                 { [loopThread] in Self.capture(with: capturer, labelID: $0, probe: probe, loopThread: loopThread) }
             },
             longIterationRecord: { probe.longIterationRecord($0) }, currentLabel: currentLabel,
+            labelOfIteration: { [currentLabel] iteration in
+                // Read before the probe: still busy in the same iteration afterwards, the label was its work's.
+                let label = currentLabel()
+                guard case .busy(iteration, _) = probe.read() else { return nil }
+                return label
+            },
             currentMode: currentMode, describe: { [sections] in $0.sections += sections })
     }
 

@@ -82,6 +82,8 @@ final class ControlSocket: Sendable {
         guard control.runner.start(name: "stallmon-control", { control.serve(writer: writer, client: client) }) else {
             close(descriptor)
             unlink(path)
+            client.logger.warning("stallmon: no control socket (snapshots on demand): the system refused its thread",
+                                  metadata: ["path": "\(path)"])
             return nil
         }
         return control

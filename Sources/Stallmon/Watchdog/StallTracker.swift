@@ -18,6 +18,10 @@ final class StallTracker {
         /// The exact begin and end of a finished long iteration (job), when the thread recorded it.
         var longIterationRecord: (UInt64) -> (begin: UInt64, end: UInt64)?
         var currentLabel: () -> UInt32 = { 0 }
+        /// The label of `iteration`'s work, read while that iteration still runs; nil once the thread moved past it
+        /// (the stall ended between the pass's reading and now, and the label read would be the next work's). When
+        /// this is nil, `currentLabel` is read as is.
+        var labelOfIteration: ((_ iteration: UInt64) -> UInt32?)? = nil
         var currentMode: () -> String? = { nil }
         /// Fills in what is particular to this kind of thread (a job's priority and task id, say).
         var describe: (inout StallEvidence) -> Void = { _ in }
@@ -218,7 +222,7 @@ final class StallTracker {
             thresholdNanoseconds: UInt64(client.configuration.detection.threshold.nanosecondsClamped), since: since,
             sinceWall: wallNow - min(wallNow, now - since), durationNanoseconds: now - since,
             durationExact: false, ongoing: true, elapsedAtDetection: now - since,
-            labelID: target.currentLabel(), samples: [])
+            labelID: target.labelOfIteration.map { $0(iteration) ?? 0 } ?? target.currentLabel(), samples: [])
         snapshot.annotations = annotations?.values(for: iteration) ?? [:]
         snapshot.mode = target.currentMode()
         target.describe(&snapshot)
