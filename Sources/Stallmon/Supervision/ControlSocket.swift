@@ -24,6 +24,10 @@ final class ControlSocket: Sendable {
 
     let path: String
     private let listener: Int32
+    /// The socket file this one bound (device, inode), read right after bind: `stop()` removes the file at `path`
+    /// only while it is still this one. A pipeline of the same directory started after this one left may have bound
+    /// its own there already (it unlinks what no longer answers); removing that would leave it unreachable.
+    private let boundFile: (device: UInt64, inode: UInt64)?
     private let runner = StoppableThread()
     private let stopping = Atomic<Bool>(false)
     /// The connection being answered (-1: none), for `stop()` to shut down: set before `stopping` is looked at and
@@ -78,7 +82,7 @@ final class ControlSocket: Sendable {
                                   metadata: ["path": "\(path)", "error": "\(reason)"])
             return nil
         }
-        let control = ControlSocket(path: path, listener: descriptor)
+        let control = ControlSocket(path: path, listener: descriptor, boundFile: fileIdentity(path))
         guard control.runner.start(name: "stallmon-control", { control.serve(writer: writer, client: client) }) else {
             close(descriptor)
             unlink(path)
@@ -102,9 +106,17 @@ final class ControlSocket: Sendable {
         }
     }
 
-    private init(path: String, listener: Int32) {
+    private init(path: String, listener: Int32, boundFile: (device: UInt64, inode: UInt64)?) {
         self.path = path
         self.listener = listener
+        self.boundFile = boundFile
+    }
+
+    /// The device and inode of the file at `path`, not following a symlink; nil when there is none.
+    private static func fileIdentity(_ path: String) -> (device: UInt64, inode: UInt64)? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        return (UInt64(info.st_dev), UInt64(info.st_ino))
     }
 
     /// Stops serving and removes the socket, without waiting for the request in progress to run out its own timeouts
@@ -130,7 +142,7 @@ final class ControlSocket: Sendable {
         }
         runner.stop()
         close(listener)
-        unlink(path)
+        if let boundFile, let present = Self.fileIdentity(path), present == boundFile { unlink(path) }
     }
 
     private func serve(writer: ReportWriter, client: PipelineMember) {

@@ -64,4 +64,24 @@ struct ControlSocketStopTests {
         let errors = logs.entries.filter { $0.level == .error }.map { "\($0.message)" }
         #expect(errors.contains { $0.contains("report writer, which is blocked") }, "\(errors)")
     }
+
+    /// A pipeline of the directory that left while a new one started (a monitor stopped as another starts): the new
+    /// one unlinked the old socket, which no longer answered, and bound its own; the old one's stop then removed the
+    /// new file by its path, leaving the new socket unreachable. Now a stop removes only the file it bound.
+    @Test func stoppingASocketLeavesTheFileAnotherBoundSinceAlone() throws {
+        let reports = makeTemporaryDirectory()
+        let configuration = StallMonitorConfiguration(reports: .init(directory: reports))
+        let client = PipelineMember(configuration: configuration, logger: Logger(label: "control-replaced"),
+                                   counters: MonitorCounters(), loopName: "replaced", sinks: [])
+        let writer = ReportWriter(directory: reports)
+        let old = try #require(ControlSocket.start(directory: reports, writer: writer, client: client))
+        let path = old.path
+        #expect(unlink(path) == 0)  // as the new pipeline does with a socket that no longer answers
+        let new = try #require(ControlSocket.start(directory: reports, writer: writer, client: client))
+        old.stop()
+        #expect(access(path, F_OK) == 0, "the new socket's file is still there")
+        #expect(ControlSocketClient.isAnswering(path), "and answers")
+        new.stop()
+        #expect(access(path, F_OK) != 0, "its own stop removes it")
+    }
 }
