@@ -64,7 +64,7 @@ struct NIOStallMonitorTests {
                 }
             }
             defer { holder?.join() }
-            if holder != nil { held.wait() }
+            if holder != nil { #expect(held.wait(timeout: .now() + 30) == .success, "the holder took the lock") }
             #expect(httpGet(port: port, path: "/lock").contains("200"))
             for _ in 0..<5 { #expect(httpGet(port: port, path: "/spin?ms=\(Self.nearMiss)").contains("200")) }
         }

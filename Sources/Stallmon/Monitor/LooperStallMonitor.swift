@@ -66,7 +66,7 @@ public final class LooperStallMonitor: Sendable {
     }
 
     /// Stops watching: detaches the probe, joins the watchdog (a stall in progress is written as ongoing; one whose
-    /// iteration ends within min(50 ms, threshold) is finished with its exact end, as usual), waits
+    /// iteration already ended is finished with its exact end, as usual), waits
     /// until this loop's reports are written, stops the sinks no other monitor still uses with up to 2 s each (the writer is waited for at most 5 s)
     /// (StallmonUpload's `UploadSink` sends what is pending meanwhile; the rest stays in the spool), and returns the
     /// capture slot. Idempotent.

@@ -44,7 +44,7 @@ final class MonitorCounters: Sendable {
 
     func snapshot(longIterations: Int) -> StallMonitorStatistics {
         StallMonitorStatistics(
-            stallsDetected: stallsDetected.load(ordering: .relaxed),
+            stallsDetected: stallsDetected.load(ordering: .acquiring),
             longIterations: longIterations,
             reportsWritten: reportsWritten.load(ordering: .relaxed),
             interimReportsWritten: interimReportsWritten.load(ordering: .relaxed),

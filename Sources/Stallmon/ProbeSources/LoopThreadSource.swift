@@ -1,10 +1,10 @@
 import CStallmonCapture
 import CStallmonLoopShims
-import Glibc
 import Logging
 import Metrics
 import StallmonLoop
 import StallmonReport
+import Synchronization
 
 /// The probe source of one loop thread (a `Looper`, a SwiftNIO event loop): the `LoopProbe` the loop stores its busy
 /// intervals into, and the capture slot the loop thread bound itself to (`ThreadBinding`), read by the watchdog;
@@ -92,6 +92,7 @@ final class LoopThreadSource: ProbeSource {
             labelOfIteration: { [currentLabel] iteration in
                 // Read before the probe: still busy in the same iteration afterwards, the label was its work's.
                 let label = currentLabel()
+                atomicMemoryFence(ordering: .acquiring)  // the label's load before the probe's
                 guard case .busy(iteration, _) = probe.read() else { return nil }
                 return label
             },
@@ -124,22 +125,24 @@ final class LoopThreadSource: ProbeSource {
         }
     }
 
-    /// Stopping: a stall whose iteration has ended, or ends within a short grace (stop() often comes right after
-    /// the work that stalled, before the watchdog's next pass saw it end), is finished as usual, with its exact end;
-    /// one still going on after it is left as an ongoing report.
+    /// Stopping: a stall whose iteration has already ended (stop() often comes right after the work that stalled,
+    /// before the watchdog's next pass saw it end) is finished as usual, with its exact end; one still going on is
+    /// left as an ongoing report. There is no grace to wait for an end: the monitor detached the probe already, so
+    /// an iteration ending now is no longer recorded.
     func stop(freezes: FreezeTracker) {
-        let threshold = UInt64(configuration.detection.threshold.nanosecondsClamped)
-        let grace = cstallmon_monotonic_ns() + min(UInt64(50_000_000), threshold)
-        while tracker.isStalled {
-            let now = cstallmon_monotonic_ns()
+        if tracker.isStalled {
             let reading = probe.read()
-            if case .busy(let iteration, _) = reading, tracker.isTracking(iteration: iteration) {
-                if now >= grace { break }
-                usleep(1000)
-                continue
+            let stillRunning = if case .busy(let iteration, _) = reading {
+                tracker.isTracking(iteration: iteration)
+            } else {
+                false
             }
-            _ = tracker.step(reading, now: now, target: target(), freezes: freezes)
-            break
+            if !stillRunning {
+                // Seen as idle whatever runs now: stopping finishes a stall, it never begins one (a next iteration
+                // already past the threshold would be sampled through a slot that may be released by now).
+                _ = tracker.step(.idle(completedIterations: 0), now: cstallmon_monotonic_ns(), target: target(),
+                                 freezes: freezes)
+            }
         }
         tracker.stopMidStall(now: cstallmon_monotonic_ns(), tid: boundThread, freezes: freezes)
     }

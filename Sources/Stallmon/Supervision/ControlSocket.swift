@@ -131,6 +131,9 @@ final class ControlSocket: Sendable {
     /// collection under way is answered by the watchdog thread at its next pass, which the request woke: stop()
     /// returns as soon as that pass did.
     func stop() {
+        // First, while it still answers: a pipeline of the directory starting now sees it live and leaves it, rather
+        // than binding a file of its own there between this check and the unlink.
+        if let boundFile, let present = Self.fileIdentity(path), present == boundFile { unlink(path) }
         stopping.store(true, ordering: .releasing)
         // Wakes the thread blocked in accept (which then fails): no polling while idle.
         shutdown(listener, Int32(SHUT_RDWR))
@@ -142,7 +145,6 @@ final class ControlSocket: Sendable {
         }
         runner.stop()
         close(listener)
-        if let boundFile, let present = Self.fileIdentity(path), present == boundFile { unlink(path) }
     }
 
     private func serve(writer: ReportWriter, client: PipelineMember) {

@@ -214,7 +214,7 @@ final class StallTracker {
     private func beginStall(iteration: UInt64, since: UInt64, now: UInt64, target: Target) -> Bool {
         // Counted once its label and first sample were read: a thread that waits for the count to see its stall
         // detected (a test, a drain) cannot end the iteration before they are.
-        defer { client.counters.stallsDetected.wrappingAdd(1, ordering: .relaxed) }
+        defer { client.counters.stallsDetected.wrappingAdd(1, ordering: .releasing) }
         stallCounter.increment()
         let wallNow = cstallmon_realtime_ns()
         var snapshot = StallEvidence(

@@ -337,8 +337,8 @@ struct StallMonitorBehaviourTests {
         #expect(!report.ongoing)
         #expect(report.label == "stalled")
         #expect(report.durationSource == "loop")
-        // The iteration encloses the spin.
+        // The iteration encloses the spin (and is no watchdog's bound: its end is the loop's own).
         let spunMs = spun.withLock { $0 }.milliseconds
-        #expect(report.durationMs >= spunMs && report.durationMs < spunMs + 100, "\(report.durationMs) vs \(spunMs)")
+        #expect(report.durationMs >= spunMs, "\(report.durationMs) vs \(spunMs)")
     }
 }
