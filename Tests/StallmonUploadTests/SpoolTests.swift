@@ -79,10 +79,12 @@ struct SpoolTests {
 
     /// The interim is sent; meanwhile the hang report replaces it, then the final one, and ext4 gives the final the
     /// interim's freed inode number. Device and inode alone took the final for the delivered interim and removed it,
-    /// unsent (issue 41, item 3). Repeated until the inode was reused, which this machine's ext4 does every time.
+    /// unsent (issue 41, item 3). Repeated until the inode was reused twice: this machine's ext4 reuses it every time
+    /// when alone, but the tests around it, creating files of their own meanwhile, can take the freed inode (20 rounds
+    /// once saw no reuse at all in a full run).
     @Test func aFinalOnTheDeliveredInterimsReusedInodeIsKept() throws {
         var reused = 0
-        for round in 0..<20 where reused < 3 {
+        for round in 0..<100 where reused < 2 {
             let directory = makeTemporaryDirectory("spool-inode-reuse")
             let spool = Spool(reportDirectory: directory)
             let path = directory + "/stall-\(round)-abc.json"
