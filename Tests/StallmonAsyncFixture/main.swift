@@ -36,45 +36,33 @@ let RLIMIT_NOFILE_VALUE = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
     fflush(nil)
 }
 
-/// How long the monitor's start-up checks may take before the fixture gives up: they run at background priority,
-/// and a loaded machine (the whole suite on two cores) delays them by seconds.
-let startupCheckDeadline: Duration = .seconds(30)
+/// How long the fixture waits for what it needs before it gives up: the monitor's start-up checks run at background
+/// priority, and a loaded machine (the whole suite on two cores) delays them, and any thread, by seconds.
+let fixtureWaitLimit: Duration = .seconds(30)
 
-/// Waits until `pending` is false: the start-up checks have given their verdicts. Past `startupCheckDeadline` it
-/// exits 5 saying so, so a test reports that rather than a stall without its chain or label.
+/// Runs `step` until `done()`; past `fixtureWaitLimit` exits 5 saying `what` never came, so a test reports that
+/// rather than, say, a stall without its chain or label. The step is the caller's way to wait: a sleep, or a spin
+/// where the wait must stay a CPU stall.
+@Sendable func waitUntil(_ what: String, step: () -> Void, _ done: () -> Bool) {
+    let deadline = ContinuousClock.now + fixtureWaitLimit
+    while !done() {
+        guard ContinuousClock.now < deadline else { gaveUpWaiting(for: what) }
+        step()
+    }
+}
+
+/// Waits until `pending` is false: the start-up checks have given their verdicts (`waitUntil` for a task).
 func awaitStartupChecks(_ pending: () -> Bool) async {
-    let deadline = ContinuousClock.now + startupCheckDeadline
+    let deadline = ContinuousClock.now + fixtureWaitLimit
     while pending() {
-        guard ContinuousClock.now < deadline else { startupChecksDidNotFinish() }
+        guard ContinuousClock.now < deadline else { gaveUpWaiting(for: "the start-up checks' verdicts") }
         try? await Task.sleep(for: .milliseconds(5))
     }
 }
 
-/// `awaitStartupChecks` for a caller outside any task.
-func awaitStartupChecksBlocking(_ pending: () -> Bool) {
-    let deadline = ContinuousClock.now + startupCheckDeadline
-    while pending() {
-        guard ContinuousClock.now < deadline else { startupChecksDidNotFinish() }
-        usleep(5_000)
-    }
-}
-
-@Sendable func startupChecksDidNotFinish() -> Never {
-    say("error: the start-up checks did not finish in \(startupCheckDeadline)")
+@Sendable func gaveUpWaiting(for what: String) -> Never {
+    say("error: waited \(fixtureWaitLimit) for \(what)")
     exit(5)
-}
-
-/// Runs `step` until `flag` is set; past 30 s exits 5 saying so (the step is the caller's way to wait: a sleep, or
-/// a spin where the wait must stay a CPU stall).
-@Sendable func awaitFlag(_ flag: borrowing Atomic<Bool>, step: () -> Void) {
-    let deadline = ContinuousClock.now + .seconds(30)
-    while !flag.load(ordering: .acquiring) {
-        guard ContinuousClock.now < deadline else {
-            say("error: a fixture thread waited 30 s for its peer")
-            exit(5)
-        }
-        step()
-    }
 }
 
 func makeMonitor(mainActor: Bool = true, statsInterval: Duration = .seconds(60),
@@ -242,7 +230,9 @@ final class HeldLock: @unchecked Sendable {
                 pthread_mutex_lock(&self.mutex)
                 say("holder \(cstallmon_gettid())")
                 held.resume()
-                awaitFlag(self.waiterArrived) { AsyncStalls.blockingSleep(milliseconds: 1) }
+                waitUntil("the lock's waiter", step: { AsyncStalls.blockingSleep(milliseconds: 1) }) {
+                    self.waiterArrived.load(ordering: .acquiring)
+                }
                 AsyncStalls.blockingSleep(milliseconds: milliseconds)
                 pthread_mutex_unlock(&self.mutex)
             }
@@ -488,7 +478,9 @@ actor Vault {
     func hold() {
         holding.store(true, ordering: .releasing)
         measured("vault-hold") {
-            awaitFlag(auditAwaited) { _ = AsyncStalls.spinCPU(milliseconds: 1) }
+            waitUntil("the audit", step: { _ = AsyncStalls.spinCPU(milliseconds: 1) }) {
+                auditAwaited.load(ordering: .acquiring)
+            }
             _ = AsyncStalls.spinCPU(milliseconds: 3 * thresholdMs)
         }
     }
@@ -1182,7 +1174,7 @@ case "label-check-first":
     // The task-local layout check run before any monitor exists (the bench does): its reads of the process's own
     // memory must not be refused for want of the seccomp probe's verdict. Prints `layout N` (1 passed, -1 failed).
     StallLabel.checkLayout(logger: Logger(label: "fixture"))
-    awaitStartupChecksBlocking { cstallmon_task_locals_layout() == 0 }
+    waitUntil("the label check's verdict", step: { usleep(5_000) }) { cstallmon_task_locals_layout() != 0 }
     say("layout \(cstallmon_task_locals_layout())")
 
 case "nio-takeover":

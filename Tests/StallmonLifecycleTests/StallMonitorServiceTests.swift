@@ -31,16 +31,12 @@ struct StallMonitorServiceTests {
         /// monitor detected the stall (however late a loaded machine runs the watchdog); returns once that iteration
         /// has ended (a block posted from a block runs in the loop's next pass).
         func stall(milliseconds: Int, label: LooperLabel, untilDetected: Bool = false) async {
-            let (loop, monitor) = (loop, monitor)
+            let loop = loop
+            let monitor = monitor
+            let detected: (@Sendable () -> Int)? = untilDetected ? { @Sendable in monitor.statistics.stallsDetected } : nil
             await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
                 loop.perform(label: label) {
-                    let detected = monitor.statistics.stallsDetected
-                    let deadline = ContinuousClock.now + .seconds(30)
-                    _ = stallmonTestBusySpin(milliseconds: milliseconds)
-                    while untilDetected && monitor.statistics.stallsDetected == detected
-                        && ContinuousClock.now < deadline {
-                        _ = stallmonTestBusySpin(milliseconds: 1)
-                    }
+                    spinUntilDetected(milliseconds: milliseconds, detected: detected)
                     loop.perform { done.resume() }
                 }
             }

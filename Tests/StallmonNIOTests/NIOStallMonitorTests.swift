@@ -56,10 +56,7 @@ struct NIOStallMonitorTests {
             let holder = PosixThread.start(name: "nio-lock-holder") {
                 server.heldLock.withLockedValue { _ in
                     held.signal()
-                    let deadline = ContinuousClock.now + .seconds(30)
-                    while !server.lockRequested.withLockedValue({ $0 }) && ContinuousClock.now < deadline {
-                        _ = usleep(1_000)
-                    }
+                    _ = eventually(timeout: .seconds(30)) { server.lockRequested.withLockedValue { $0 } }
                     _ = usleep(250_000)
                 }
             }

@@ -100,8 +100,7 @@ private final class LockHolder: Sendable {
             tid.store(cstallmon_gettid(), ordering: .releasing)
             hold {
                 holding.signal()
-                let deadline = MonotonicInstant.now().advanced(by: .seconds(30))
-                while !arrived.load(ordering: .acquiring) && MonotonicInstant.now() < deadline { usleep(1_000) }
+                _ = eventually(timeout: .seconds(30)) { arrived.load(ordering: .acquiring) }  // asleep meanwhile
                 if busy {
                     _ = stallmonTestFlushLedger(milliseconds: milliseconds)
                 } else {

@@ -56,10 +56,8 @@ struct WatchdogTests {
             sigemptyset(&blocked)
             sigaddset(&blocked, signal)
             pthread_sigmask(SIG_BLOCK, &blocked, nil)
-            // 0.4 s, and on until the warning came (20 s at most), however late a loaded machine runs the watchdog.
-            let end = Date().addingTimeInterval(0.4)
-            let deadline = Date().addingTimeInterval(20)
-            while Date() < end || (!warned.load(ordering: .acquiring) && Date() < deadline) {}
+            // 0.4 s, and on until the warning came (30 s at most), however late a loaded machine runs the watchdog.
+            stallmonTestBusySpin(milliseconds: 400) { warned.load(ordering: .acquiring) }
         }
         let returned = try await offThePool { stopped.wait(timeout: .now() + 20) == .success }
         loop.stop()
